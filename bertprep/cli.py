@@ -1,0 +1,52 @@
+"""The `bertprep` command line: a thin layer over the library.
+
+Each command parses options, builds a config, calls one library function and prints a
+summary. Library errors (`BertprepError`) become one-line `ClickException`s here.
+"""
+from __future__ import annotations
+
+import functools
+
+import click
+
+from bertprep import __version__
+from bertprep.errors import BertprepError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def user_errors(fn):
+    """Turn library errors into one-line CLI errors (exit 1, no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BertprepError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="bertprep")
+def main():
+    """Turn a text corpus into BERT pre-training data: a WordPiece tokenizer, then
+    Arrow shards of masked next-sentence-prediction pairs.
+
+    \b
+    Example:
+      bertprep train-tokenizer corpus.txt --out tok/
+      bertprep build-shards corpus.txt --tokenizer tok/ --out shards/
+    """
+
+
+def _register_commands() -> None:
+    # Commands live in modules of their own; importing them here keeps this file the
+    # one place that lists the command set.
+    from bertprep import cli_tokenizer  # noqa: F401  train-tokenizer, encode
+    from bertprep import cli_shards  # noqa: F401  build-shards, inspect
+    from bertprep import cli_corpus  # noqa: F401  stdlib-corpus
+
+
+_register_commands()
