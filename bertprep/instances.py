@@ -1,0 +1,140 @@
+"""Next-sentence-prediction pairs, built as google-research/bert's
+`create_instances_from_document` builds them (REFERENCE.md, "Building instances").
+
+A partition's tokens live in one flat array; a sentence is a `[start, end)` range of it
+and a document a range of sentences. Because segment A is always a run of consecutive
+sentences of one document and segment B too (the rest of the chunk, or a run from
+another document), an instance is fully described by five integers:
+`(a_start, a_len, b_start, b_len, is_random)` into the flat array. Building those
+descriptors is the only per-chunk Python work; turning them into token rows and masking
+them is vectorised (`rows.py`, `masking.py`).
+
+Deliberate differences from the reference (DESIGN.md):
+- A random B never comes from the current document: the other document is drawn
+  uniformly from the *other* documents of the partition, instead of ten tries that may
+  fall back to the same document (the reference's mislabelled "random" pairs).
+- Truncation draws how many tokens each side loses from its front as a
+  Binomial(n, 1/2) in one step, which is exactly the distribution of the reference's
+  one-token-at-a-time coin flips; the side that loses tokens (the longer one, B on a
+  tie) is deterministic in both.
+"""
+from __future__ import annotations
+
+import random
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertprep.errors import BertprepError
+
+# Columns of the descriptor array returned by `build_pairs`.
+A_START, A_LEN, B_START, B_LEN, IS_RANDOM = range(5)
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] never exceeds this
+    short_seq_prob: float = 0.1  # chance a document's target length is drawn uniformly from [2, max]
+
+    @property
+    def max_num_tokens(self) -> int:
+        return self.max_seq_length - 3  # room for [CLS] and two [SEP]
+
+
+@dataclass
+class TokenizedPartition:
+    """One partition of the corpus, tokenized: the unit of caching and of work."""
+
+    ids: np.ndarray  # (T,) token ids of every sentence, concatenated
+    sentence_offsets: np.ndarray  # (S + 1,) int64: sentence k is ids[so[k]:so[k + 1]]
+    document_offsets: np.ndarray  # (D + 1,) int64: document d is sentences [do[d], do[d + 1])
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_offsets) - 1
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.sentence_offsets) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.sentence_offsets[-1])
+
+
+def truncated_lengths(a_len: int, b_len: int, max_num_tokens: int) -> tuple[int, int]:
+    """Lengths after the reference's `truncate_seq_pair`: it removes one token at a
+    time from the longer side (B on a tie) until the pair fits."""
+    excess = a_len + b_len - max_num_tokens
+    if excess <= 0:
+        return a_len, b_len
+    gap = min(excess, abs(a_len - b_len))
+    if a_len > b_len:
+        a_len -= gap
+    else:
+        b_len -= gap
+    excess -= gap
+    # The sides are now equal: B loses the first token (tie), then A, alternately.
+    return a_len - excess // 2, b_len - (excess + 1) // 2
+
+
+def _front_cut(rng: random.Random, removed: int) -> int:
+    """How many of `removed` tokens come off the front: Binomial(removed, 1/2), the
+    distribution of the reference's per-token coin flip."""
+    return bin(rng.getrandbits(removed)).count("1") if removed > 0 else 0
+
+
+def build_pairs(part: TokenizedPartition, config: PairConfig, rng: random.Random) -> np.ndarray:
+    """All NSP instances of one pass over the partition, as an (N, 5) int64 array of
+    `(a_start, a_len, b_start, b_len, is_random)`. Documents are visited in order; the
+    global shuffle happens later."""
+    num_docs = part.num_documents
+    if num_docs < 2:
+        raise BertprepError("NSP needs at least two documents; this input has one")
+    so = part.sentence_offsets.tolist()
+    do = part.document_offsets.tolist()
+    max_tokens = config.max_num_tokens
+    out: list[tuple[int, int, int, int, int]] = []
+    for d in range(num_docs):
+        _pairs_of_document(so, do, d, num_docs, max_tokens, config.short_seq_prob, rng, out)
+    if not out:
+        return np.zeros((0, 5), dtype=np.int64)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out) -> None:
+    first, end = do[d], do[d + 1]  # sentence range of this document
+    # The target length is drawn once per document per pass, as in the reference.
+    target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+    i = first
+    while i < end:
+        # The chunk is sentences i..j: it stops at the first sentence that brings it to
+        # the target, or at the end of the document.
+        j = min(bisect_left(so, so[i] + target, i + 1, end + 1), end) - 1
+        chunk_len = j - i + 1
+        a_end = rng.randint(1, chunk_len - 1) if chunk_len >= 2 else 1
+        a_start, a_stop = so[i], so[i + a_end]
+        if chunk_len == 1 or rng.random() < 0.5:
+            is_random = 1
+            other = rng.randrange(num_docs - 1)
+            other += other >= d  # uniform over the *other* documents
+            o_first, o_end = do[other], do[other + 1]
+            b_first = rng.randint(o_first, o_end - 1)
+            # Sentences join B until it reaches the remaining target or the document
+            # ends; the check follows each append, so B gets at least one sentence.
+            b_target = target - (a_stop - a_start)
+            b_end = min(bisect_left(so, so[b_first] + b_target, b_first + 1, o_end + 1), o_end)
+            b_start, b_stop = so[b_first], so[b_end]
+            next_i = i + a_end  # the unused sentences of the chunk are put back
+        else:
+            is_random = 0
+            b_start, b_stop = a_stop, so[j + 1]
+            next_i = j + 1
+        a_len, b_len = a_stop - a_start, b_stop - b_start
+        new_a, new_b = truncated_lengths(a_len, b_len, max_tokens)
+        a_start += _front_cut(rng, a_len - new_a)
+        b_start += _front_cut(rng, b_len - new_b)
+        if new_a > 0 and new_b > 0:
+            out.append((a_start, new_a, b_start, new_b, is_random))
+        i = next_i

@@ -1,0 +1,157 @@
+"""Static masked-LM masking, as the reference's `create_masked_lm_predictions`
+(REFERENCE.md, "Masking"), vectorised over many rows at once.
+
+Per row: `num_to_predict = min(max_predictions, max(1, round(len(tokens) * p)))`
+(round half to even, length including the three special tokens), capped by the
+number of candidates; candidates are every position except [CLS] and the two [SEP]s;
+a uniformly random subset of that size is chosen (random keys per position, the
+smallest keys win: the same distribution as the reference's shuffle-and-take). Each
+chosen position independently becomes [MASK] (80%), stays (10%) or takes a random
+id (10%). Labels are the original ids; positions ascend.
+
+Deliberate difference (DESIGN.md): random replacements are drawn from the ordinary
+vocabulary only (never [PAD]/[UNK]/[CLS]/[SEP]/[MASK] or [unusedN]) unless
+`random_from_whole_vocab` restores Google's whole-vocabulary draw.
+
+Whole-word masking follows the reference's grouping (a `##` piece joins the previous
+piece's group, groups taken in random order, skipping any that would overshoot), except
+that a group never crosses [SEP]: the reference lets a `##` piece at the start of B
+join A's last word.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertprep.rows import Rows
+
+ROWS_PER_CHUNK = 4096  # bounds the (rows x length) key matrix; fixed, so output is too
+MASK_SHARE, KEEP_SHARE = 0.8, 0.1
+
+
+@dataclass(frozen=True)
+class MaskingConfig:
+    max_predictions_per_seq: int = 20  # cap on masked positions per row
+    masked_lm_prob: float = 0.15  # share of tokens (specials included) to predict
+    whole_word_mask: bool = False  # mask all pieces of a word together
+    random_from_whole_vocab: bool = False  # Google's draw: any id, specials included
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What masking needs to know of the tokenizer."""
+
+    mask_id: int
+    vocab_size: int
+    ordinary_ids: np.ndarray  # the pool random replacements come from
+    is_continuation: np.ndarray | None = None  # (V,) bool, token starts with "##"
+
+
+@dataclass
+class MaskedLM:
+    positions: np.ndarray  # (M,) uint16, ascending within each row
+    labels: np.ndarray  # (M,) original ids
+    offsets: np.ndarray  # (N + 1,) int64 row boundaries
+    num_masked: int = 0  # positions set to [MASK]
+    num_kept: int = 0  # positions left unchanged
+    num_random: int = 0  # positions given a random id
+
+
+def num_to_predict(lengths: np.ndarray, config: MaskingConfig) -> np.ndarray:
+    """The reference's count, capped by the candidates (length minus 3 specials)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    wanted = np.rint(lengths * config.masked_lm_prob).astype(np.int64)  # half to even
+    wanted = np.minimum(config.max_predictions_per_seq, np.maximum(1, wanted))
+    return np.minimum(wanted, lengths - 3)
+
+
+def choose_positions(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.random.Generator):
+    """(positions, counts): chosen positions per row, flat, ascending within a row."""
+    if config.whole_word_mask:
+        return _whole_word_positions(rows, config, vocab, rng)
+    lengths = rows.lengths
+    counts = num_to_predict(lengths, config)
+    pieces = []
+    for lo in range(0, rows.num_rows, ROWS_PER_CHUNK):
+        hi = min(lo + ROWS_PER_CHUNK, rows.num_rows)
+        pieces.append(_chunk_positions(lengths[lo:hi], rows.a_lengths[lo:hi], counts[lo:hi], rng))
+    positions = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return positions, counts
+
+
+def _chunk_positions(lengths, a_lengths, counts, rng) -> np.ndarray:
+    width = int(lengths.max())
+    grid = np.arange(width)[None, :]
+    keys = rng.random((len(lengths), width))
+    not_candidate = (grid >= lengths[:, None]) | (grid == 0)
+    not_candidate |= (grid == a_lengths[:, None] + 1) | (grid == lengths[:, None] - 1)
+    keys[not_candidate] = 2.0  # above every real key: never chosen
+    k = int(counts.max())
+    smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
+    order = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1, kind="stable")
+    ranked = np.take_along_axis(smallest, order, axis=1)[:, :k]
+    taken = np.arange(k)[None, :] < counts[:, None]
+    ranked = np.sort(np.where(taken, ranked, width), axis=1)  # unused slots sort last
+    return ranked[np.arange(k)[None, :] < counts[:, None]]
+
+
+def _whole_word_positions(rows: Rows, config, vocab: Vocabulary, rng):
+    lengths = rows.lengths
+    wanted = num_to_predict(lengths, config)
+    continuation = vocab.is_continuation
+    tokens = rows.input_ids
+    chosen_rows, counts = [], np.zeros(rows.num_rows, dtype=np.int64)
+    for r in range(rows.num_rows):
+        start, length, sep = int(rows.offsets[r]), int(lengths[r]), int(rows.a_lengths[r]) + 1
+        is_cont = continuation[tokens[start : start + length]]
+        groups: list[list[int]] = []
+        for pos in range(1, length - 1):
+            if pos == sep:
+                continue
+            if is_cont[pos] and groups and pos - 1 != sep and groups[-1][-1] == pos - 1:
+                groups[-1].append(pos)
+            else:
+                groups.append([pos])
+        chosen: list[int] = []
+        for g in rng.permutation(len(groups)):
+            if len(chosen) >= wanted[r]:
+                break
+            if len(chosen) + len(groups[g]) > wanted[r]:
+                continue
+            chosen.extend(groups[g])
+        chosen.sort()
+        chosen_rows.append(chosen)
+        counts[r] = len(chosen)
+    flat = [p for chosen in chosen_rows for p in chosen]
+    return np.asarray(flat, dtype=np.int64), counts
+
+
+def apply_masking(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.random.Generator) -> MaskedLM:
+    """Mask `rows.input_ids` in place; return positions, labels and the split."""
+    positions, counts = choose_positions(rows, config, vocab, rng)
+    offsets = np.zeros(rows.num_rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    flat_index = np.repeat(rows.offsets[:-1], counts) + positions
+    labels = rows.input_ids[flat_index].copy()
+    draw = rng.random(len(flat_index))
+    to_mask = draw < MASK_SHARE
+    to_random = draw >= MASK_SHARE + KEEP_SHARE
+    num_random = int(to_random.sum())
+    if config.random_from_whole_vocab:
+        replacement = rng.integers(0, vocab.vocab_size, num_random)
+    else:
+        replacement = vocab.ordinary_ids[rng.integers(0, len(vocab.ordinary_ids), num_random)]
+    new_ids = labels.copy()
+    new_ids[to_mask] = vocab.mask_id
+    new_ids[to_random] = replacement
+    rows.input_ids[flat_index] = new_ids
+    num_masked = int(to_mask.sum())
+    return MaskedLM(
+        positions=positions.astype(np.uint16),
+        labels=labels,
+        offsets=offsets,
+        num_masked=num_masked,
+        num_kept=len(flat_index) - num_masked - num_random,
+        num_random=num_random,
+    )
