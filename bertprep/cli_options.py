@@ -1,0 +1,105 @@
+"""Click options shared by commands that read a corpus, and the SIZE parameter type.
+
+    @main.command("train-tokenizer")
+    @corpus_options
+    def train_tokenizer(inputs, text_field, dataset, dataset_config, split, sentences, ...):
+        spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+"""
+from __future__ import annotations
+
+import re
+
+import click
+
+from bertprep.corpus import SENTENCE_MODES, CorpusSpec
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_size(text: str | int) -> int:
+    """ "500MB" -> 500_000_000, "20MiB" -> 20_971_520, "1.5GB", "10KB", "123" (bytes).
+
+    KB/MB/GB/TB (and K/M/G/T) are decimal, KiB/MiB/GiB/TiB binary; case is ignored.
+    Raises ValueError for anything else.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"{text}: a size cannot be negative")
+        return text
+    match = _SIZE.fullmatch(str(text))
+    unit = match and _UNITS.get(match.group(2).lower())
+    if not unit:
+        raise ValueError(f"{text!r} is not a size: use bytes or a unit, e.g. 500MB, 1.5GB, 20MiB")
+    return round(float(match.group(1)) * unit)
+
+
+class SizeParamType(click.ParamType):
+    """A byte count written as 123, 10KB, 1.5GB or 20MiB."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeParamType()
+
+
+def corpus_options(fn):
+    """Add INPUT... and the options that say how to read it (see bertprep.corpus)."""
+    options = [
+        click.argument("inputs", metavar="INPUT...", nargs=-1, type=click.Path()),
+        click.option(
+            "--text-field",
+            metavar="NAME",
+            help="Field holding the text in JSONL, Parquet and dataset inputs [default: text].",
+        ),
+        click.option(
+            "--dataset",
+            metavar="NAME|DIR",
+            help="A Hugging Face dataset name (streamed) or a save_to_disk directory, read after any INPUT.",
+        ),
+        click.option("--dataset-config", metavar="NAME", help="Configuration of --dataset, e.g. wikitext-2-raw-v1."),
+        click.option(
+            "--split",
+            metavar="NAME",
+            help="Split of a dataset (--dataset, or a saved DatasetDict INPUT) [default: train].",
+        ),
+        click.option(
+            "--sentences",
+            type=click.Choice(SENTENCE_MODES),
+            default="lines",
+            show_default=True,
+            help="lines: one sentence per line, blank line between documents (BERT's layout); "
+            "split: each line is a paragraph, split into sentences by a rule-based splitter.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def corpus_spec_from_options(
+    inputs, text_field, dataset, dataset_config, split, sentences
+) -> CorpusSpec:
+    """The CorpusSpec for corpus_options' values; click.UsageError for a bad combination."""
+    if not inputs and not dataset:
+        raise click.UsageError("give at least one INPUT file or directory, or --dataset")
+    if dataset_config and not dataset:
+        raise click.UsageError("--dataset-config only applies with --dataset")
+    return CorpusSpec(
+        paths=tuple(inputs),
+        text_field=text_field,
+        dataset=dataset,
+        dataset_config=dataset_config,
+        split=split,
+        sentences=sentences or "lines",
+    )

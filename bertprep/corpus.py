@@ -1,0 +1,359 @@
+"""Reading a corpus: files, directories, globs or a Hugging Face dataset, as documents.
+
+Shared by train-tokenizer and build-shards. `iter_documents(spec)` yields each document
+as a non-empty list of stripped, non-empty sentence strings, streaming with bounded
+memory. What a document is:
+
+- Plain text in the reference layout (REFERENCE.md, "Corpus format"): a sentence per
+  line, a blank (or whitespace-only) line ends a document; several blank lines in a row
+  make no empty documents. `.gz` / `.bz2` / `.xz` / `.zst` are decompressed by extension.
+- WikiExtractor files are recognised in any text file: each `<doc ...>` ... `</doc>` is
+  one document; inside one, blank lines are ignored and the first line is dropped when
+  it equals the title attribute. Each remaining line is a paragraph.
+- WikiText is recognised per file, when its first non-blank line is a top-level heading
+  (` = Title = `): then each top-level heading starts a new document, ` = = Section = = `
+  (and deeper) heading lines are dropped, and blank lines end nothing (the original
+  wiki.*.raw has one between every paragraph). The heading itself is never a sentence.
+- JSONL (`.jsonl`, `.json`, `.ndjson`, compressed too), Parquet (`.parquet`) and Hugging
+  Face datasets (by name, streamed, or a `save_to_disk` directory, given as `--dataset`
+  or as an input path): one record is one document; its text field (`--text-field`,
+  default "text") is split into lines.
+- `sentences="lines"`: each line is one sentence. `sentences="split"`: each line is a
+  paragraph, cut into sentences by `bertprep.sentences.split_sentences`.
+- Documents never span input files (DESIGN.md).
+
+Limits, so memory is bounded whatever the input: a line longer than
+`readers.MAX_LINE_CHARS` (1M characters) is cut into pieces (counted in
+`ReadStats.long_lines`); a document is closed once it reaches `MAX_DOCUMENT_CHARS`
+(10M characters, several books; counted in `ReadStats.long_documents`) and the rest
+continues as a new document.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import html
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from bertprep import readers
+from bertprep.errors import BertprepError, describe_path
+from bertprep.readers import FileCounts
+from bertprep.sentences import split_sentences
+
+SENTENCE_MODES = ("lines", "split")
+DEFAULT_SPLIT = "train"
+MAX_DOCUMENT_CHARS = 10_000_000
+# What a directory walk picks up (also compressed): WikiExtractor names its files
+# wiki_00 (no suffix) and WikiText wiki.train.raw / .tokens.
+TEXT_SUFFIXES = {"", ".txt", ".text", ".raw", ".tokens"}
+DIRECTORY_SUFFIXES = TEXT_SUFFIXES | readers.JSONL_SUFFIXES | readers.PARQUET_SUFFIXES
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>")
+_DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
+_WIKITEXT_HEADING = re.compile(r"((?:= )+)\S.*?((?: =)+)")
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where the text comes from and how to cut it; the CLI builds one from its options."""
+
+    paths: tuple[str, ...] = ()  # files, directories (recursively, sorted), globs (sorted)
+    text_field: str | None = None  # JSONL / Parquet / HF dataset column (default "text")
+    dataset: str | None = None  # Hugging Face dataset name, or a save_to_disk directory
+    dataset_config: str | None = None
+    split: str | None = None  # default "train"
+    sentences: str = "lines"  # "lines": a sentence per line | "split": split paragraphs
+
+    def __post_init__(self):
+        if isinstance(self.paths, (str, os.PathLike)):
+            raise TypeError("CorpusSpec.paths is a tuple of paths, not one path")
+        object.__setattr__(self, "paths", tuple(str(p) for p in self.paths))
+        if self.sentences not in SENTENCE_MODES:
+            raise BertprepError(f"sentences must be one of {', '.join(SENTENCE_MODES)}, not {self.sentences!r}")
+
+    @property
+    def split_name(self) -> str:
+        return self.split or DEFAULT_SPLIT
+
+
+@dataclass
+class ReadStats:
+    """Counters filled while reading; pass one to iter_documents and read it after."""
+
+    files: int = 0  # input files (and datasets) read
+    bytes: int = 0  # bytes of text, after decompression
+    documents: int = 0
+    sentences: int = 0
+    invalid_bytes: int = 0  # undecodable byte sequences replaced with U+FFFD
+    files_with_invalid: list[str] = field(default_factory=list)
+    long_lines: int = 0  # lines over readers.MAX_LINE_CHARS, cut into pieces
+    long_documents: int = 0  # documents over MAX_DOCUMENT_CHARS, cut into several
+
+    def add(self, path: str, counts: FileCounts) -> None:
+        self.files += 1
+        self.bytes += counts.bytes
+        self.invalid_bytes += counts.invalid_bytes
+        self.long_lines += counts.long_lines
+        if counts.invalid_bytes:
+            self.files_with_invalid.append(path)
+
+    def summary(self) -> str:
+        """One line: "3 files, 12.3 MB, 4,567 documents, 45,678 sentences; ..."."""
+        files = f"{self.files:,} file{'' if self.files == 1 else 's'}"
+        text = f"{files}, {format_size(self.bytes)}, {self.documents:,} documents, {self.sentences:,} sentences"
+        if self.invalid_bytes:
+            names = ", ".join(self.files_with_invalid[:5])
+            if len(self.files_with_invalid) > 5:
+                names += f" and {len(self.files_with_invalid) - 5:,} more"
+            text += f"; {self.invalid_bytes:,} invalid byte sequences replaced in {names}"
+        if self.long_lines:
+            text += f"; {self.long_lines:,} lines over {readers.MAX_LINE_CHARS:,} characters cut"
+        if self.long_documents:
+            text += f"; {self.long_documents:,} documents over {MAX_DOCUMENT_CHARS:,} characters cut"
+        return text
+
+
+def format_size(n_bytes: int) -> str:
+    """1234567 -> "1.2 MB" (decimal units)."""
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:,.1f} {unit}"
+    return f"{n_bytes:,} bytes"
+
+
+# ---------------------------------------------------------------- resolving inputs
+
+
+def resolve_input_files(spec: CorpusSpec) -> list[Path]:
+    """The input files of spec.paths, expanded and sorted, without duplicates.
+
+    A directory is walked recursively (sorted, hidden entries skipped) for files named
+    like text, JSONL or Parquet (see DIRECTORY_SUFFIXES); a directory written by
+    `datasets.save_to_disk` is returned itself, as one input. A glob expands sorted. An
+    explicit file is taken whatever its name. spec.dataset is not listed here.
+    """
+    if not spec.paths and not spec.dataset:
+        raise BertprepError("no input given: name files or directories, or a --dataset")
+    found: list[Path] = []
+    for given in spec.paths:
+        path = Path(given)
+        if not path.exists() and _GLOB_CHARS.search(given):
+            matches = sorted(glob.glob(given, recursive=True))
+            if not matches:
+                raise BertprepError(f"{given}: no files match")
+            for match in matches:
+                found.extend(_expand(Path(match)))
+        else:
+            found.extend(_expand(path))
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values())
+
+
+def _expand(path: Path) -> list[Path]:
+    if not path.exists():
+        raise BertprepError(f"{describe_path(path)}: no such file or directory")
+    if not os.access(path, os.R_OK):
+        raise BertprepError(f"{describe_path(path)}: permission denied")
+    if not path.is_dir() or readers.is_dataset_dir(path):
+        return [path]
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            candidate = Path(root, name)
+            if not name.startswith(".") and _looks_like_corpus_file(candidate):
+                files.append(candidate)
+    files.sort(key=lambda p: p.relative_to(path).parts)
+    if not files:
+        raise BertprepError(f"{describe_path(path)}: no text, JSONL or Parquet files in this directory")
+    for file in files:
+        if not os.access(file, os.R_OK):
+            raise BertprepError(f"{describe_path(file)}: permission denied")
+    return files
+
+
+def _looks_like_corpus_file(path: Path) -> bool:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in readers.COMPRESSIONS:
+        suffixes.pop()
+    return (suffixes[-1] if suffixes else "") in DIRECTORY_SUFFIXES or not path.suffix
+
+
+# ---------------------------------------------------------------- documents
+
+
+def iter_documents(spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator[list[str]]:
+    """Every document of the corpus in input order (see the module docstring)."""
+    stats = stats if stats is not None else ReadStats()
+    inputs = resolve_input_files(spec)
+    yielded = 0
+    for path in inputs:
+        for document in iter_file_documents(path, spec, stats):
+            yielded += 1
+            yield document
+    if spec.dataset:
+        counts = FileCounts()
+        texts = readers.iter_dataset_texts(
+            spec.dataset, spec.dataset_config, spec.split_name, spec.text_field, counts
+        )
+        for document in _record_documents(texts, spec.sentences, counts, stats):
+            yielded += 1
+            yield document
+        stats.add(spec.dataset, counts)
+    if not yielded:
+        names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+        raise BertprepError(f"{shown}: no text found")
+
+
+def iter_file_documents(path: Path, spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator[list[str]]:
+    """The documents of one input from resolve_input_files (for per-file work)."""
+    stats = stats if stats is not None else ReadStats()
+    counts = FileCounts()
+    kind = readers.format_of(path)
+    if kind == "text":
+        documents = _text_documents(readers.iter_lines(path, counts), spec.sentences, counts, stats)
+    else:
+        if kind == "jsonl":
+            texts = readers.iter_jsonl_texts(path, spec.text_field, counts)
+        elif kind == "parquet":
+            texts = readers.iter_parquet_texts(path, spec.text_field, counts)
+        else:
+            texts = readers.iter_dataset_texts(path, None, spec.split_name, spec.text_field, counts)
+        documents = _record_documents(texts, spec.sentences, counts, stats)
+    yielded = 0
+    for document in documents:
+        yielded += 1
+        yield document
+    if not yielded and counts.invalid_bytes:
+        raise BertprepError(
+            f"{describe_path(path)}: no usable text ({counts.invalid_bytes:,} undecodable byte sequences)"
+        )
+    stats.add(describe_path(path), counts)
+
+
+class _DocumentBuilder:
+    """Collects sentences; closes documents at boundaries and at MAX_DOCUMENT_CHARS."""
+
+    def __init__(self, sentences: str, counts: FileCounts, stats: ReadStats):
+        self.split = sentences == "split"
+        self.counts = counts
+        self.stats = stats
+        self.sentences: list[str] = []
+        self.chars = 0
+
+    def add_line(self, line: str) -> Iterator[list[str]]:
+        """Add one stripped, non-empty line; yields a document if it grew too long."""
+        for piece in readers.cut_long_line(line, self.counts) if len(line) > readers.MAX_LINE_CHARS else (line,):
+            for sentence in split_sentences(piece) if self.split else (piece.strip(),):
+                self.sentences.append(sentence)
+                self.chars += len(sentence)
+                if self.chars >= MAX_DOCUMENT_CHARS:
+                    self.stats.long_documents += 1
+                    yield from self.close()
+
+    def close(self) -> Iterator[list[str]]:
+        if self.sentences:
+            document, self.sentences, self.chars = self.sentences, [], 0
+            self.stats.documents += 1
+            self.stats.sentences += len(document)
+            yield document
+
+
+def _text_documents(
+    lines: Iterable[str], sentences: str, counts: FileCounts, stats: ReadStats
+) -> Iterator[list[str]]:
+    """Documents of a plain-text file: reference layout, WikiExtractor, WikiText."""
+    builder = _DocumentBuilder(sentences, counts, stats)
+    wikitext: bool | None = None  # decided by the first non-blank line
+    in_doc = False  # inside <doc> ... </doc>
+    title: str | None = None  # a WikiExtractor title line still to drop
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            if not in_doc and not wikitext:
+                yield from builder.close()
+            continue
+        if wikitext is None:
+            wikitext = _wikitext_level(line) == 1
+        if line.startswith("<doc") and _DOC_OPEN.fullmatch(line):
+            yield from builder.close()
+            in_doc = True
+            match = _DOC_TITLE.search(line)
+            title = html.unescape(match.group(1)).strip() if match else None
+            continue
+        if line == "</doc>":
+            yield from builder.close()
+            in_doc, title = False, None
+            continue
+        if title is not None:
+            is_title, title = line == title, None
+            if is_title:
+                continue
+        if wikitext and line.startswith("="):
+            level = _wikitext_level(line)
+            if level == 1:
+                yield from builder.close()
+            if level:
+                continue
+        yield from builder.add_line(line)
+    yield from builder.close()
+
+
+def _wikitext_level(line: str) -> int:
+    """1 for " = Title = ", 2 for " = = Section = = ", ...; 0 for other lines."""
+    match = _WIKITEXT_HEADING.fullmatch(line)
+    if match is None or match.group(1).count("=") != match.group(2).count("="):
+        return 0
+    return match.group(1).count("=")
+
+
+def _record_documents(
+    texts: Iterable[str], sentences: str, counts: FileCounts, stats: ReadStats
+) -> Iterator[list[str]]:
+    """One document per record; its text's non-blank lines are sentences or paragraphs."""
+    builder = _DocumentBuilder(sentences, counts, stats)
+    for text in texts:
+        for line in text.split("\n"):
+            line = line.strip()
+            if line:
+                yield from builder.add_line(line)
+        yield from builder.close()
+
+
+# ---------------------------------------------------------------- fingerprints
+
+
+def input_fingerprints(spec: CorpusSpec) -> list[dict]:
+    """Per input, what a build manifest records: {"path", "bytes", "sha256"} of each file
+    as stored (compressed files are hashed compressed); for a dataset, its name or
+    directory, config, split and `datasets` fingerprint."""
+    fingerprints = []
+    for path in resolve_input_files(spec):
+        if readers.format_of(path) == "dataset":
+            info = readers.dataset_fingerprint(path, None, spec.split_name)
+            fingerprints.append({"path": describe_path(path), **info})
+        else:
+            fingerprints.append({"path": describe_path(path), **_file_hash(path)})
+    if spec.dataset:
+        fingerprints.append(readers.dataset_fingerprint(spec.dataset, spec.dataset_config, spec.split_name))
+    return fingerprints
+
+
+def _file_hash(path: Path) -> dict:
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with open(path, "rb") as stream:
+            while chunk := stream.read(readers.CHUNK_BYTES):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        raise BertprepError(f"{describe_path(path)}: cannot read: {exc.strerror or exc}") from None
+    return {"bytes": size, "sha256": digest.hexdigest()}

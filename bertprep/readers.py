@@ -1,0 +1,385 @@
+"""Low-level readers behind `bertprep.corpus`: bytes in, text out, bounded memory.
+
+- `iter_lines(path, counts)`: a text file (plain, .gz, .bz2, .xz, .zst) as decoded lines,
+  read in 1 MiB chunks. Invalid UTF-8 is replaced with U+FFFD and counted; a line longer
+  than `MAX_LINE_CHARS` is cut into pieces (at the last whitespace in the second half of
+  a piece when there is one), so a 100 MB line with no newline costs a few MB of memory.
+- `iter_jsonl_texts`, `iter_parquet_texts`, `iter_dataset_texts`: one text per record.
+
+Every problem is a one-line `BertprepError` naming the file (and line, for JSONL).
+"""
+from __future__ import annotations
+
+import bz2
+import codecs
+import gzip
+import json
+import lzma
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from bertprep.errors import BertprepError, describe_path
+
+CHUNK_BYTES = 1 << 20
+# A line (a sentence in "lines" mode, a paragraph in "split" mode) longer than this is cut
+# into pieces of at most this many characters. 1M characters is ~200k tokens: far past
+# anything one BERT sequence (512 tokens) can use, so cutting loses nothing a model sees,
+# and it bounds memory on files with no newlines at all.
+MAX_LINE_CHARS = 1_000_000
+# A JSONL record is parsed whole, so it cannot be cut; longer ones are an error.
+MAX_JSON_LINE_CHARS = 64_000_000
+# The first this many bytes of every text file are checked for binary content.
+BINARY_PROBE_BYTES = 64 * 1024
+BINARY_BAD_FRACTION = 0.25  # NUL or undecodable characters in the probe
+BINARY_BAD_MINIMUM = 8
+
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
+JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+PARQUET_SUFFIXES = {".parquet"}
+DATASET_MARKERS = ("state.json", "dataset_info.json", "dataset_dict.json")
+_MAGIC = {
+    b"\x1f\x8b": "gzip data (name it .gz)",
+    b"BZh": "bzip2 data (name it .bz2)",
+    b"\xfd7zXZ": "xz data (name it .xz)",
+    b"\x28\xb5\x2f\xfd": "zstd data (name it .zst)",
+    b"PAR1": "a Parquet file (name it .parquet)",
+    b"PK\x03\x04": "a zip archive (unpack it first)",
+    b"\xff\xfe": "UTF-16 text (convert it to UTF-8)",
+    b"\xfe\xff": "UTF-16 text (convert it to UTF-8)",
+}
+_UTF8_REPLACEMENT = "\ufffd".encode()
+
+
+@dataclass
+class FileCounts:
+    """What reading one input found; bertprep.corpus folds it into ReadStats."""
+
+    bytes: int = 0  # bytes of text read, after decompression
+    invalid_bytes: int = 0  # undecodable byte sequences replaced with U+FFFD
+    long_lines: int = 0  # lines longer than MAX_LINE_CHARS, cut into pieces
+
+
+def compression_of(path: Path) -> str | None:
+    return COMPRESSIONS.get(path.suffix.lower())
+
+
+def format_of(path: Path) -> str:
+    """"dataset" (a save_to_disk directory), "jsonl", "parquet" or "text", by name."""
+    if path.is_dir():
+        return "dataset"
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes.pop()
+    last = suffixes[-1] if suffixes else ""
+    if last in JSONL_SUFFIXES:
+        return "jsonl"
+    if last in PARQUET_SUFFIXES:
+        return "parquet"
+    return "text"
+
+
+def is_dataset_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / name).is_file() for name in DATASET_MARKERS)
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    compression = compression_of(path)
+    if compression == "gzip":
+        return gzip.open(path, "rb")
+    if compression == "bzip2":
+        return bz2.open(path, "rb")
+    if compression == "xz":
+        return lzma.open(path, "rb")
+    if compression == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise BertprepError(
+                f"{describe_path(path)}: reading .zst needs the zstandard package "
+                "(pip install 'bertprep[zstd]')"
+            ) from None
+        raw = open(path, "rb")
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+    return open(path, "rb")
+
+
+def _corrupt_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile]
+    try:
+        import zstandard
+
+        errors.append(zstandard.ZstdError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def iter_chunks(path: Path) -> Iterator[bytes]:
+    """The file's bytes (decompressed) in chunks of about CHUNK_BYTES."""
+    compression = compression_of(path)
+    try:
+        with _open_binary(path) as stream:
+            while chunk := stream.read(CHUNK_BYTES):
+                yield chunk
+    except _corrupt_errors() as exc:
+        raise BertprepError(
+            f"{describe_path(path)}: truncated or corrupt {compression} data ({_one_line(exc)})"
+        ) from None
+    except OSError as exc:
+        if compression is not None and not isinstance(exc, (FileNotFoundError, PermissionError)):
+            # bz2 reports bad data as a bare OSError("Invalid data stream").
+            raise BertprepError(
+                f"{describe_path(path)}: truncated or corrupt {compression} data ({_one_line(exc)})"
+            ) from None
+        raise BertprepError(f"{describe_path(path)}: cannot read: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _decode(data: bytes, final: bool, counts: FileCounts) -> tuple[str, int]:
+    """Decode UTF-8 with replacement; returns (text, bytes consumed).
+
+    The replaced sequences are counted as (U+FFFD in the output) - (U+FFFD already in the
+    input): an EF BF BD triple can never be part of an invalid sequence (EF is a lead
+    byte), so the difference is exact, and both counts run in C.
+    """
+    text, consumed = codecs.utf_8_decode(data, "replace", final)
+    if "\ufffd" in text:
+        counts.invalid_bytes += text.count("\ufffd") - data.count(_UTF8_REPLACEMENT, 0, consumed)
+    return text, consumed
+
+
+def _check_not_binary(path: Path, head: bytes, text: str) -> None:
+    """Raise if the start of a file is mostly NUL or undecodable characters."""
+    probe = text[:BINARY_PROBE_BYTES]
+    bad = probe.count("\ufffd") + probe.count("\x00")
+    if bad >= BINARY_BAD_MINIMUM and bad > BINARY_BAD_FRACTION * len(probe):
+        hint = next((what for magic, what in _MAGIC.items() if head.startswith(magic)), None)
+        what = f"it starts like {hint}" if hint else (
+            f"{bad:,} of its first {len(probe):,} characters are NUL or undecodable"
+        )
+        raise BertprepError(f"{describe_path(path)}: looks like a binary file, not UTF-8 text ({what})")
+
+
+def iter_text(path: Path, counts: FileCounts) -> Iterator[str]:
+    """The decoded text of a file in pieces of about CHUNK_BYTES; a file whose first
+    64 KiB look binary raises instead."""
+    pending = b""
+    first = True
+    for chunk in iter_chunks(path):
+        counts.bytes += len(chunk)
+        data = pending + chunk if pending else chunk
+        text, consumed = _decode(data, False, counts)
+        pending = data[consumed:]  # an incomplete character at the end of the chunk
+        if first:
+            first = False
+            _check_not_binary(path, data, text)
+            text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark
+        if text:
+            yield text
+    if pending:
+        text, _ = _decode(pending, True, counts)  # the truncated character becomes U+FFFD
+        yield text
+
+
+def _cut_point(line: str, limit: int) -> int:
+    """Where to cut an over-long line: the last whitespace in the second half, else limit."""
+    space = max(line.rfind(" ", limit // 2, limit), line.rfind("\t", limit // 2, limit))
+    return space + 1 if space > 0 else limit
+
+
+class LineTooLong(Exception):
+    def __init__(self, line_number: int):
+        self.line_number = line_number
+
+
+def iter_lines(
+    path: Path, counts: FileCounts, max_chars: int = MAX_LINE_CHARS, cut: bool = True
+) -> Iterator[str]:
+    """The lines of a text file, without their newline; memory bounded by max_chars.
+
+    A longer line is cut into pieces (cut=True) or raises LineTooLong (cut=False).
+    """
+    carry = ""
+    line_number = 0  # lines finished so far
+    cutting = False  # inside a line that was already cut
+    for text in iter_text(path, counts):
+        lines = (carry + text).split("\n") if carry else text.split("\n")
+        carry = lines.pop()
+        line_number += len(lines)
+        if lines:
+            cutting = False
+        yield from lines
+        while len(carry) > max_chars:
+            if not cut:
+                raise LineTooLong(line_number + 1)
+            if not cutting:
+                counts.long_lines += 1
+                cutting = True
+            at = _cut_point(carry, max_chars)
+            yield carry[:at]
+            carry = carry[at:]
+    if carry:
+        yield carry
+
+
+def cut_long_line(line: str, counts: FileCounts, max_chars: int = MAX_LINE_CHARS) -> list[str]:
+    """A line from a record (JSONL, Parquet, dataset) cut like iter_lines cuts."""
+    if len(line) <= max_chars:
+        return [line]
+    counts.long_lines += 1
+    pieces = []
+    while len(line) > max_chars:
+        at = _cut_point(line, max_chars)
+        pieces.append(line[:at])
+        line = line[at:]
+    pieces.append(line)
+    return pieces
+
+
+def _field_error(where: str, field: str | None, available) -> BertprepError:
+    names = ", ".join(sorted(map(str, available))) or "none"
+    what = f"no field {field!r}" if field else "no 'text' field"
+    return BertprepError(f"{where}: {what} (fields: {names}); choose one with --text-field")
+
+
+def _record_text(where: str, value, field: str):
+    if value is None or isinstance(value, str):
+        return value
+    raise BertprepError(f"{where}: field {field!r} is {type(value).__name__}, expected a string")
+
+
+def iter_jsonl_texts(path: Path, text_field: str | None, counts: FileCounts) -> Iterator[str]:
+    """The text_field of each JSON Lines record (default "text"); null values are skipped."""
+    line_number = 0
+    try:
+        for line_number, line in enumerate(iter_lines(path, counts, MAX_JSON_LINE_CHARS, cut=False), 1):
+            if not line.strip():
+                continue
+            where = f"{describe_path(path)}:{line_number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if line_number == 1 and line.lstrip().startswith("["):
+                    raise BertprepError(
+                        f"{where}: a JSON array; expected JSON Lines (one object per line)"
+                    ) from None
+                raise BertprepError(f"{where}: invalid JSON: {exc.msg} at column {exc.colno}") from None
+            if not isinstance(record, dict):
+                raise BertprepError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            field = text_field or "text"
+            if field not in record:
+                raise _field_error(where, text_field, record)
+            text = _record_text(where, record[field], field)
+            if text:
+                yield text
+    except LineTooLong as exc:
+        raise BertprepError(
+            f"{describe_path(path)}:{exc.line_number}: JSON record longer than "
+            f"{MAX_JSON_LINE_CHARS:,} characters"
+        ) from None
+
+
+def iter_parquet_texts(path: Path, text_field: str | None, counts: FileCounts) -> Iterator[str]:
+    """The text_field column of a Parquet file (default "text"), in record batches."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise BertprepError(f"{describe_path(path)}: not a readable Parquet file ({_one_line(exc)})") from None
+    field = text_field or "text"
+    schema = parquet.schema_arrow
+    if field not in schema.names:
+        raise _field_error(describe_path(path), text_field, schema.names)
+    column_type = schema.field(field).type
+    if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+        raise BertprepError(f"{describe_path(path)}: column {field!r} is {column_type}, expected a string")
+    try:
+        for batch in parquet.iter_batches(batch_size=1024, columns=[field]):
+            column = batch.column(0)
+            counts.bytes += pc.sum(pc.binary_length(column)).as_py() or 0
+            for text in column.to_pylist():
+                if text:
+                    yield text
+    except (pa.ArrowException, OSError) as exc:
+        raise BertprepError(f"{describe_path(path)}: corrupt Parquet data ({_one_line(exc)})") from None
+
+
+def _dataset_name(name_or_dir: str | Path) -> str:
+    return f"dataset {describe_path(name_or_dir)}"
+
+
+def load_dataset_split(name_or_dir: str | Path, config: str | None, split: str):
+    """A `datasets` Dataset (a save_to_disk directory, memory-mapped) or IterableDataset
+    (a dataset by name, streamed) for one split."""
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        raise BertprepError(f"{_dataset_name(name_or_dir)}: needs the datasets package") from None
+    path = Path(name_or_dir)
+    if is_dataset_dir(path):
+        if config is not None:
+            raise BertprepError(f"{_dataset_name(path)}: a saved dataset directory takes no config")
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except Exception as exc:  # datasets raises many types for a broken directory
+            raise BertprepError(f"{_dataset_name(path)}: cannot load: {_one_line(exc)}") from None
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise BertprepError(
+                    f"{_dataset_name(path)}: no split {split!r} (splits: {', '.join(sorted(loaded))})"
+                )
+            loaded = loaded[split]
+        return loaded
+    try:
+        return datasets.load_dataset(str(name_or_dir), config, split=split, streaming=True)
+    except Exception as exc:  # network, missing dataset, bad config: all one line to the user
+        raise BertprepError(
+            f"{_dataset_name(name_or_dir)}: cannot load ({type(exc).__name__}: {_one_line(exc)})"
+        ) from None
+
+
+def iter_dataset_texts(
+    name_or_dir: str | Path, config: str | None, split: str, text_field: str | None, counts: FileCounts
+) -> Iterator[str]:
+    """The text_field (default "text") of each row of a Hugging Face dataset split."""
+    dataset = load_dataset_split(name_or_dir, config, split)
+    field = text_field or "text"
+    columns = dataset.column_names  # None for some streamed datasets until read
+    if columns is not None and field not in columns:
+        raise _field_error(_dataset_name(name_or_dir), text_field, columns)
+    if columns is not None:
+        dataset = dataset.select_columns([field])
+    row = 0
+    for batch in dataset.iter(batch_size=1000):
+        if field not in batch:
+            raise _field_error(f"{_dataset_name(name_or_dir)} row {row}", text_field, batch)
+        for text in batch[field]:
+            row += 1
+            text = _record_text(f"{_dataset_name(name_or_dir)} row {row}", text, field)
+            if text:
+                counts.bytes += len(text.encode("utf-8", "surrogatepass"))
+                yield text
+
+
+def dataset_fingerprint(name_or_dir: str | Path, config: str | None, split: str) -> dict:
+    """What identifies a dataset input in a build manifest."""
+    dataset = load_dataset_split(name_or_dir, config, split)
+    info = {"dataset": str(name_or_dir), "config": config, "split": split}
+    fingerprint = getattr(dataset, "_fingerprint", None)
+    if fingerprint is None:  # a streamed dataset: the builder's identity is what we have
+        version = getattr(dataset.info, "version", None)
+        fingerprint = f"{dataset.info.dataset_name}/{dataset.info.config_name}@{version}"
+    info["fingerprint"] = fingerprint
+    rows = getattr(dataset, "num_rows", None)
+    if rows is not None:
+        info["rows"] = rows
+    return info

@@ -1,0 +1,118 @@
+"""An offline, rule-based sentence splitter for English-like text.
+
+`split_sentences(paragraph)` cuts a paragraph after `.`, `!`, `?` or `…` (and any closing
+quotes or brackets right after them) when whitespace follows and the next sentence
+starts like a sentence: an uppercase letter, a digit, or an opening quote/bracket. It
+does not cut after
+
+- common abbreviations (`Mr.`, `Dr.`, `e.g.`, `etc.`, `St.`, month names, ...), and
+  numbering abbreviations (`No.`, `p.`, `vol.`, `Fig.`) when a number follows,
+- single initials (`J. R. R. Tolkien`) and dotted abbreviations (`U.S.`, `i.e.`),
+- a dot inside a token (`3.5`, `os.path`, WikiText's ` @.@ ` / ` @,@ `), because no
+  whitespace follows it.
+
+WikiText puts a space before the full stop (`lit . Valkyria`); the word before that space
+is checked against the abbreviations too. CJK full stops (。！？) end a sentence whatever
+follows. No model, no download, no dependency: a regex finds candidates and a few set
+look-ups veto them, so it runs at tens of MB/s (measured in tests/test_sentences.py).
+
+It errs towards not splitting: a missed boundary costs the NSP task one boundary, a false
+one feeds it a fragment.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+# Abbreviations after which a full stop does not end a sentence, whatever follows.
+# Case-sensitive on purpose: "Dr." is a title, "dr." is rare; "Al." would be a name.
+ABBREVIATIONS = frozenset(
+    """
+    Mr Mrs Ms Messrs Mme Mlle Dr Prof Sr Jr St Mt Ft Gen Col Lt Sgt Capt Cmdr Adm Maj
+    Gov Sen Rep Rev Hon Pres Supt Insp Esq
+    Inc Ltd Co Corp Bros Dept Univ Assn Ave Blvd Rd
+    Jan Feb Mar Apr Jun Jul Aug Sep Sept Oct Nov Dec
+    e.g i.e etc cf viz vs al approx ca c esp incl resp lit ibid Ibid est dept
+    E.g I.e Cf Vs Approx Ca
+    """.split()
+)
+# Abbreviations that only bind to a following number: "No. 5", "p. 12", "Fig. 3"; before
+# a word ("He said no. Then ...") they are ordinary words.
+NUMBER_ABBREVIATIONS = frozenset(
+    """
+    No no Nos nos Nr nr p pp P Pp vol Vol vols Vols fig Fig figs Figs ch Ch chap Chap
+    sec Sec art Art op Op para Para eq Eq Eqs eqs
+    """.split()
+)
+
+_CLOSERS = "\"'”’»)]}」』）】"
+_OPENERS = "\"'“‘«([{¿¡「『（【"
+# A candidate boundary: terminal punctuation, closers, then whitespace (group "space"),
+# or a CJK full stop, closers and optional whitespace.
+_CANDIDATE = re.compile(
+    rf"(?P<western>[.!?…]+)[{re.escape(_CLOSERS)}]*(?P<space>\s+)(?=\S)"
+    rf"|(?P<cjk>[。！？]+)[{re.escape(_CLOSERS)}]*\s*"
+)
+# The word before a full stop, allowing one space between (WikiText writes "lit .").
+_WORD_BEFORE = re.compile(r"(\S+) ?\Z")
+# Dotted abbreviations, seen without their last dot: "U.S", "e.g", "Ph.D", "a.m".
+_DOTTED = re.compile(r"[A-Za-z]{1,3}(?:\.[A-Za-z]{1,3})+\Z")
+_LOOKBEHIND = 40  # characters scanned back for the word before a full stop
+
+
+def _starts_sentence(text: str, pos: int) -> bool:
+    """Whether text[pos:] looks like the start of a sentence."""
+    char = text[pos]
+    if char in _OPENERS:
+        return True
+    return char.isupper() or char.isdigit() or char.istitle()
+
+
+def _is_abbreviation(text: str, dot: int, next_pos: int) -> bool:
+    """Whether the single full stop at text[dot] ends an abbreviation."""
+    match = _WORD_BEFORE.search(text, max(0, dot - _LOOKBEHIND), dot)
+    if match is None:
+        return False
+    word = match.group(1).lstrip(_OPENERS)
+    if not word:
+        return False
+    if word in ABBREVIATIONS or _DOTTED.match(word):
+        return True
+    if len(word) == 1 and word.isupper():  # an initial: "J. R. R. Tolkien"
+        return True
+    if word in NUMBER_ABBREVIATIONS:
+        return text[next_pos].isdigit()
+    return False
+
+
+def iter_sentence_spans(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each sentence in text, including surrounding whitespace."""
+    start = 0
+    for match in _CANDIDATE.finditer(text):
+        end = match.end()
+        if end >= len(text):
+            break
+        western = match.group("western")
+        if western is not None:
+            if not _starts_sentence(text, end):
+                continue
+            if western == "." and _is_abbreviation(text, match.start("western"), end):
+                continue
+        yield start, end
+        start = end
+    if start < len(text):
+        yield start, len(text)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of one paragraph, stripped, empty ones dropped.
+
+    >>> split_sentences("Dr. Watson arrived at 3.5 p.m. on Monday. He was late!")
+    ['Dr. Watson arrived at 3.5 p.m. on Monday.', 'He was late!']
+    """
+    sentences = []
+    for start, end in iter_sentence_spans(text):
+        sentence = text[start:end].strip()
+        if sentence:
+            sentences.append(sentence)
+    return sentences
