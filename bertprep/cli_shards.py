@@ -1,2 +1,97 @@
-"""Commands of bertprep (registered in bertprep.cli)."""
-from bertprep.cli import main, user_errors  # noqa: F401
+"""`bertprep build-shards` and `bertprep inspect`."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from bertprep.build import BuildConfig, build_shards
+from bertprep.cli import main, user_errors
+from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
+from bertprep.executor import default_workers
+from bertprep.inspect_shards import decode_samples, format_report, measure
+
+DEFAULTS = BuildConfig(workers=1)
+
+
+@main.command("build-shards")
+@corpus_options
+@click.option("--tokenizer", "tokenizer_path", required=True, type=click.Path(exists=True), help="A TOKDIR, a tokenizer.json or a bare vocab.txt (e.g. Google's).")
+@click.option("--out", "out", required=True, type=click.Path(), help="Output directory for the shards, manifest and tokenizer files.")
+@click.option("--max-seq-length", type=int, default=DEFAULTS.max_seq_length, show_default=True, help="Longest row, [CLS] A [SEP] B [SEP] included (BERT: 128 in phase 1, 512 in phase 2).")
+@click.option("--max-predictions-per-seq", type=int, default=DEFAULTS.max_predictions_per_seq, show_default=True, help="Most masked positions in a row (BERT: 20 at 128, 80 at 512).")
+@click.option("--masked-lm-prob", type=float, default=DEFAULTS.masked_lm_prob, show_default=True, help="Share of tokens to mask and predict.")
+@click.option("--short-seq-prob", type=float, default=DEFAULTS.short_seq_prob, show_default=True, help="Share of documents whose target length is drawn uniformly from [2, max].")
+@click.option("--dupe-factor", type=int, default=DEFAULTS.dupe_factor, show_default=True, help="Passes over the corpus, each with its own pairs and masks.")
+@click.option("--whole-word-mask/--no-whole-word-mask", default=False, show_default=True, help="Mask all WordPiece pieces of a word together.")
+@click.option("--random-from-whole-vocab", is_flag=True, help="Draw random replacements from the whole vocabulary, specials included, as Google's script does (default: ordinary tokens only).")
+@click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True, help="Random seed; same inputs, options and seed give byte-identical shards.")
+@click.option("--shard-rows", type=int, default=DEFAULTS.shard_rows, show_default=True, help="Rows per output shard.")
+@click.option("--num-shards", type=int, default=None, help="Write exactly this many shards instead (overrides --shard-rows).")
+@click.option("--partition-size", "partition_bytes", type=SIZE, default=DEFAULTS.partition_bytes, show_default=True, help="Text per partition, the unit of work and caching; random-next B comes from the same partition. Changes the output.")
+@click.option("--workers", type=int, default=None, help="Worker processes [default: all cores]. Does not change the output.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Where tokenized partitions are cached [default: ~/.cache/bertprep/tokenized].")
+@click.option("--engine", type=click.Choice(["auto", "nanotoken", "tokenizers"]), default="auto", show_default=True, help="Bulk encoder; nanotoken output is spot-checked against tokenizers. Does not change the output.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUT (only once the new build is complete).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@user_errors
+def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, tokenizer_path, out, workers, overwrite, quiet, **options):
+    """Build masked next-sentence-prediction pairs into Arrow shards.
+
+    Reads INPUT... (text with a sentence per line and a blank line between documents,
+    compressed text, JSONL/Parquet with --text-field, or --dataset), makes
+    [CLS] A [SEP] B [SEP] pairs as Google's create_pretraining_data.py does, applies
+    static masking, shuffles globally and writes Arrow shards that
+    datasets.load_from_disk(OUT) opens. Rerunning an interrupted build resumes it.
+
+    \b
+    Example:
+      bertprep build-shards corpus.txt --tokenizer tok/ --out shards/ --dupe-factor 5
+    """
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    config = BuildConfig(workers=workers if workers is not None else default_workers(), **options)
+    result = build_shards(spec, tokenizer_path, out, config, overwrite=overwrite, progress=not quiet)
+    m = result.manifest
+    stats, totals = m["statistics"], m["totals"]
+    mb = result.text_bytes / 1e6
+    click.echo(
+        f"Wrote {totals['rows']:,} rows ({totals['tokens']:,} tokens) in {len(m['shards'])} shards to {result.out} "
+        f"in {result.seconds:.1f} s ({mb / result.seconds:.1f} MB/s of text, {totals['rows'] / result.seconds:,.0f} rows/s)"
+    )
+    click.echo(
+        f"  corpus: {totals['documents']:,} documents, {totals['sentences']:,} sentences, {mb:.1f} MB; "
+        f"{result.read_stats.summary()}"
+    )
+    click.echo(
+        f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
+        f"random {stats['share_random']:.3f}; NSP random B {stats['next_sentence_random_fraction']:.3f}; "
+        f"mean length {stats['mean_length']:.1f}"
+    )
+
+
+@main.command("inspect")
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--show", type=int, default=0, metavar="N", help="Decode the first N rows, masked positions as [shown->original].")
+@click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
+@user_errors
+def inspect_command(out, show, as_json):
+    """Summarise a shard directory, re-measuring its statistics from the rows.
+
+    Prints the manifest summary, then rows, tokens, the mask rate with a 95% interval,
+    the [MASK]/kept/random split, the NSP random fraction and a length histogram.
+
+    \b
+    Example:
+      bertprep inspect shards/ --show 3
+    """
+    report = measure(out)
+    if as_json:
+        if show:
+            report["samples"] = decode_samples(out, show)
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(format_report(report))
+    if show:
+        click.echo("samples:")
+        for line in decode_samples(out, show):
+            click.echo(line)

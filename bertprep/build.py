@@ -1,0 +1,300 @@
+"""build-shards: corpus -> masked NSP instances -> globally shuffled Arrow shards.
+
+    read -> partition -> tokenize (cached) -> NSP pairs -> mask -> scatter -> gather/shuffle -> write
+
+Everything is written into a staging directory `OUT.partial` next to OUT, which holds a
+lock, the finished shards and the intermediate work; the manifest is written last and
+the staging directory renamed to OUT only then, so OUT never exists in a state that
+looks complete but is not, and an existing result is only replaced (with --overwrite)
+once its successor is whole. Running the same command again after a crash reuses the
+finished work in `OUT.partial` and ends with the same bytes.
+"""
+from __future__ import annotations
+
+import errno
+import math
+import os
+import pathlib
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from bertprep import __version__, schema
+from bertprep.atomic import remove_stale_temporaries, write_json_atomic
+from bertprep.build_tasks import TaskContext, gather_shard, merge_stats, pair_partition, scatter_partition
+from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents
+from bertprep.errors import BertprepError
+from bertprep.executor import LocalExecutor, default_workers
+from bertprep.instances import PairConfig
+from bertprep.lock import DirectoryLock
+from bertprep.manifest import build_manifest, write_dataset_files
+from bertprep.masking import MaskingConfig
+from bertprep.partitions import iter_partitions
+from bertprep.progress import progress_bar
+from bertprep.tokenizer import load_tokenizer
+
+MB = 1 << 20
+
+
+def default_cache_dir() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "bertprep" / "tokenized"
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Options of build-shards. Those that shape the output are recorded in the manifest;
+    `workers`, `cache_dir` and `engine` do not change a byte of it."""
+
+    max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] at most this long (BERT phase 1: 128, phase 2: 512)
+    max_predictions_per_seq: int = 20  # masked positions per row at most (phase 2: 80)
+    masked_lm_prob: float = 0.15  # share of tokens to predict
+    short_seq_prob: float = 0.1  # share of documents whose target length is drawn from [2, max]
+    dupe_factor: int = 5  # passes over the corpus, each masked differently
+    whole_word_mask: bool = False  # mask every piece of a word together
+    random_from_whole_vocab: bool = False  # Google's random replacement draw (specials included)
+    seed: int = 12345
+    shard_rows: int = 100_000  # rows per output shard (about; exact when num_shards is None)
+    num_shards: int | None = None  # a fixed shard count instead of shard_rows
+    partition_bytes: int = 8 * MB  # text per partition: the unit of work and of caching
+    workers: int = field(default_factory=default_workers)  # processes; output does not depend on it
+    cache_dir: str | None = None  # tokenized partitions; default ~/.cache/bertprep/tokenized
+    engine: str = "auto"  # bulk encoder: auto (nanotoken if installed) | nanotoken | tokenizers
+
+    def __post_init__(self):
+        def bad(option: str, problem: str):
+            raise BertprepError(f"--{option}: {problem}")
+
+        if not 8 <= self.max_seq_length <= 512:
+            bad("max-seq-length", f"{self.max_seq_length} is outside 8..512 (BERT has 512 positions)")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            bad("masked-lm-prob", f"{self.masked_lm_prob} is not strictly between 0 and 1")
+        if self.max_predictions_per_seq < 1:
+            bad("max-predictions-per-seq", "must be at least 1")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            bad("short-seq-prob", f"{self.short_seq_prob} is not between 0 and 1")
+        if self.dupe_factor < 1:
+            bad("dupe-factor", "must be at least 1")
+        if self.workers < 1:
+            bad("workers", "must be at least 1")
+        if self.shard_rows < 1:
+            bad("shard-rows", "must be at least 1")
+        if self.num_shards is not None and self.num_shards < 1:
+            bad("num-shards", "must be at least 1")
+        if self.partition_bytes < 1024:
+            bad("partition-size", "must be at least 1 KB")
+        if self.engine not in ("auto", "nanotoken", "tokenizers"):
+            bad("engine", f"unknown engine {self.engine!r}")
+
+    def output_options(self) -> dict:
+        """The options that determine the output bytes (recorded in the manifest)."""
+        options = asdict(self)
+        for key in ("workers", "cache_dir", "engine"):
+            options.pop(key)
+        return options
+
+
+@dataclass
+class BuildResult:
+    out: pathlib.Path
+    manifest: dict
+    seconds: float
+    text_bytes: int
+    read_stats: ReadStats
+    warnings: list[str]
+
+
+def staging_path(out: pathlib.Path) -> pathlib.Path:
+    return out.with_name(out.name + ".partial")
+
+
+def _check_output(out: pathlib.Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise BertprepError(f"{out}: output path exists and is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        what = "a finished build" if (out / "manifest.json").exists() else "files"
+        raise BertprepError(f"{out}: already holds {what}; pass --overwrite to replace it")
+
+
+def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, overwrite: bool = False, progress: bool = True) -> BuildResult:
+    started = time.perf_counter()
+    out = pathlib.Path(out)
+    _check_output(out, overwrite)
+    tok = load_tokenizer(tokenizer_path)
+    staging = staging_path(out)
+    staging.mkdir(parents=True, exist_ok=True)
+    with DirectoryLock(staging):
+        try:
+            result = _build_locked(spec, tok, out, staging, config, progress, started)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise BertprepError(f"{staging}: disk full while writing ({exc.strerror}); free space and run the same command again to resume") from None
+            raise
+    return result
+
+
+def _plan(spec: CorpusSpec, tok, config: BuildConfig) -> dict:
+    return {
+        "format_version": schema.FORMAT_VERSION,
+        "options": config.output_options(),
+        "corpus": asdict(spec),
+        "tokenizer": tok.fingerprint(),
+    }
+
+
+def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
+    """The work directory of this exact command; work left by a different command is
+    discarded (it is ours, never the user's)."""
+    import json
+
+    work = staging / "work"
+    plan_file = staging / "plan.json"
+    try:
+        previous = json.loads(plan_file.read_text())
+    except (FileNotFoundError, ValueError):
+        previous = None
+    if previous != json.loads(json.dumps(plan)):
+        for child in staging.iterdir():
+            if child.name != ".lock":
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        work.mkdir()
+        write_json_atomic(plan_file, plan)
+    else:
+        print(f"Resuming the unfinished build in {staging}", file=sys.stderr)
+    work.mkdir(exist_ok=True)
+    remove_stale_temporaries(work)
+    remove_stale_temporaries(staging)
+    return work
+
+
+def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
+    plan = _plan(spec, tok, config)
+    work = _prepare_work_dir(staging, plan)
+    tokenizer_files = tok.save(staging)
+    cache_dir = pathlib.Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    ctx = TaskContext(
+        tokenizer_dir=str(staging),
+        tokenizer_fingerprint=tok.fingerprint(),
+        cache_dir=str(cache_dir),
+        work_dir=str(work),
+        seed=config.seed,
+        dupe_factor=config.dupe_factor,
+        pairs=PairConfig(config.max_seq_length, config.short_seq_prob),
+        masking=MaskingConfig(config.max_predictions_per_seq, config.masked_lm_prob, config.whole_word_mask, config.random_from_whole_vocab),
+        engine=config.engine,
+    )
+    read_stats = ReadStats()
+    warnings: list[str] = []
+    inputs = input_fingerprints(spec)
+    with LocalExecutor(config.workers) as executor:
+        partitions = _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings)
+        total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
+        if total_rows == 0:
+            raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
+        num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
+        num_shards = min(num_shards, total_rows)
+        stats = _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress)
+        shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    manifest = build_manifest(
+        version=__version__,
+        options=config.output_options(),
+        inputs=inputs,
+        tok=tok,
+        tokenizer_files=tokenizer_files,
+        shards=shards,
+        partitions=partitions,
+        stats=stats,
+        read_stats=read_stats,
+    )
+    write_dataset_files(staging, shards, tok.vocab_size, manifest)
+    shutil.rmtree(work)
+    (staging / "plan.json").unlink()
+    write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
+    _publish(staging, out)
+    text_bytes = sum(p["text_bytes"] for p in partitions)
+    return BuildResult(out, manifest, time.perf_counter() - started, text_bytes, read_stats, warnings)
+
+
+def _inputs_label(spec: CorpusSpec) -> str:
+    if spec.dataset:
+        return spec.dataset
+    return ", ".join(spec.paths) if len(spec.paths) <= 3 else f"{spec.paths[0]} (+{len(spec.paths) - 1} more)"
+
+
+def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings) -> list[dict]:
+    documents = iter_documents(spec, read_stats)
+    calls = ((ctx, p) for p in iter_partitions(documents, config.partition_bytes))
+    results = []
+    bar = progress_bar(progress, desc="tokenize+pair", unit="B", unit_scale=True, unit_divisor=1024)
+    docs = 0
+    with bar:
+        for result in executor.imap_unordered(pair_partition, calls, max_in_flight=config.workers + 1):
+            results.append(result)
+            docs += result["documents"]
+            bar.update(result["text_bytes"])
+            elapsed = max(bar.format_dict["elapsed"], 1e-9)
+            bar.set_postfix_str(f"{docs / elapsed:,.0f} docs/s", refresh=False)
+            if result["mismatches"]:
+                warnings.append(
+                    f"partition {result['index']}: nanotoken differed from tokenizers on "
+                    f"{result['mismatches']} sampled sentences; encoded it with tokenizers"
+                )
+    results.sort(key=lambda r: r["index"])
+    total_docs = sum(r["documents"] for r in results)
+    if not results or sum(r["tokens"] for r in results) == 0:
+        raise BertprepError(f"{_inputs_label(spec)}: no text found")
+    if total_docs < 2:
+        raise BertprepError(
+            f"{_inputs_label(spec)}: NSP needs at least two documents, found {total_docs} "
+            "(separate documents with a blank line, or use --sentences split for a document per line)"
+        )
+    return results
+
+
+def _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress) -> dict:
+    # Global row offset of each (partition, pass), in the fixed order passes x partitions.
+    offsets, running = {}, 0
+    for dupe in range(ctx.dupe_factor):
+        for p in partitions:
+            offsets[(p["index"], dupe)] = running
+            running += p["rows_per_pass"][dupe]
+    calls = [
+        (ctx, p["index"], p["text_hash"], [offsets[(p["index"], d)] for d in range(ctx.dupe_factor)], num_shards, total_rows)
+        for p in partitions
+    ]
+    all_stats = []
+    with progress_bar(progress, total=len(calls), desc="mask+scatter", unit="part") as bar:
+        for stats in executor.imap_unordered(scatter_partition, calls):
+            all_stats.append(stats)
+            bar.update(1)
+    return merge_stats(all_stats)
+
+
+def _gather_stage(ctx, partitions, num_shards, staging, executor, progress) -> list[dict]:
+    indexes = [p["index"] for p in partitions]
+    calls = [(ctx, s, num_shards, indexes, str(staging)) for s in range(num_shards)]
+    shards = []
+    with progress_bar(progress, total=num_shards, desc="shuffle+write", unit="shard") as bar:
+        for result in executor.imap_unordered(gather_shard, calls):
+            shards.append(result)
+            bar.update(1)
+    shards.sort(key=lambda s: s["name"])
+    return shards
+
+
+def _publish(staging: pathlib.Path, out: pathlib.Path) -> None:
+    """Move the finished staging directory to OUT, replacing an old result only now."""
+    lock_file = staging / ".lock"
+    if out.exists():
+        old = out.with_name(out.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(out, old)
+        os.replace(staging, out)
+        shutil.rmtree(old)
+    else:
+        os.replace(staging, out)
+    (out / lock_file.name).unlink(missing_ok=True)

@@ -1,0 +1,279 @@
+"""The three task kinds of build-shards, as pure functions of their arguments.
+
+1. `pair_partition`    tokenize a partition (or load it from the cache) and build the
+                       NSP descriptors of every dupe pass -> work/pairs-P.npz
+2. `scatter_partition` turn descriptors into masked rows and scatter them into
+                       per-shard record batches -> work/scatter-P.arrow
+3. `gather_shard`      collect one shard's batches from every partition, shuffle,
+                       write the final shard
+
+Every random stream is derived from (seed, stage, partition or shard, dupe pass), and
+every output is written under a temporary name and renamed, with a JSON marker written
+last; a rerun finds the marker and reuses the work, so a killed build resumes and ends
+with the same bytes (DESIGN.md, "Determinism and scale").
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from bertprep import schema
+from bertprep.atomic import sha256_of, write_bytes_atomic, write_json_atomic
+from bertprep.encoding import SentenceEncoder
+from bertprep.instances import PairConfig, build_pairs
+from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
+from bertprep.partitions import PartitionText, TokenCache, finish, tokenize_documents
+from bertprep.rows import build_rows
+from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
+
+RECORD_BATCH_ROWS = 4096  # rows per record batch in the final shards
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Everything a task needs besides its own partition/shard; small and picklable."""
+
+    tokenizer_dir: str  # the tokenizer as saved into the output (workers load it)
+    tokenizer_fingerprint: str
+    cache_dir: str
+    work_dir: str
+    seed: int
+    dupe_factor: int
+    pairs: PairConfig
+    masking: MaskingConfig
+    engine: str  # "auto" | "nanotoken" | "tokenizers"
+
+
+def stream_seed(*parts) -> int:
+    """A 64-bit seed for one random stream, from its coordinates."""
+    text = ":".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+
+
+# Workers load the tokenizer once per process.
+_TOKENIZERS: dict[str, tuple[LoadedTokenizer, SentenceEncoder | None]] = {}
+
+
+def _tokenizer(ctx: TaskContext, need_encoder: bool = False):
+    key = ctx.tokenizer_dir
+    tok, encoder = _TOKENIZERS.get(key, (None, None))
+    if tok is None:
+        tok = load_tokenizer(ctx.tokenizer_dir)
+    if need_encoder and encoder is None:
+        encoder = SentenceEncoder(tok, ctx.engine)
+    _TOKENIZERS[key] = (tok, encoder)
+    return tok, encoder
+
+
+def id_dtype(vocab_size: int):
+    return np.uint16 if vocab_size <= schema.UINT16_LIMIT else np.int32
+
+
+def vocabulary_for_masking(tok: LoadedTokenizer) -> Vocabulary:
+    continuation = np.fromiter((w.startswith("##") for w in tok.vocab), dtype=bool, count=tok.vocab_size)
+    return Vocabulary(tok.special.mask, tok.vocab_size, tok.ordinary_ids(), continuation)
+
+
+def _work(ctx: TaskContext, name: str) -> pathlib.Path:
+    return pathlib.Path(ctx.work_dir) / name
+
+
+def _read_marker(path: pathlib.Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# --- stage 1 -----------------------------------------------------------------------
+
+
+def pair_partition(ctx: TaskContext, partition: PartitionText) -> dict:
+    partition = finish(partition)
+    marker = _work(ctx, f"pairs-{partition.index:06d}.json")
+    done = _read_marker(marker)
+    if done is not None and done["text_hash"] == partition.text_hash:
+        return done  # finished by an earlier, interrupted run
+    tok, encoder = _tokenizer(ctx, need_encoder=True)
+    cache = TokenCache(ctx.cache_dir)
+    part = cache.load(partition.text_hash, ctx.tokenizer_fingerprint)
+    engine, mismatches, cached = "cache", 0, part is not None
+    if part is None:
+        part, encoded = tokenize_documents(partition.documents, encoder)
+        part.ids = part.ids.astype(id_dtype(tok.vocab_size))
+        engine, mismatches = encoded.engine, encoded.mismatches
+        cache.save(partition.text_hash, ctx.tokenizer_fingerprint, part)
+    passes = {}
+    counts = []
+    for dupe in range(ctx.dupe_factor):
+        rng = random.Random(stream_seed(ctx.seed, "pairs", partition.index, dupe))
+        pairs = build_pairs(part, ctx.pairs, rng) if part.num_documents >= 2 else np.zeros((0, 5), np.int64)
+        passes[f"pass_{dupe}"] = pairs
+        counts.append(len(pairs))
+    _save_npz(_work(ctx, f"pairs-{partition.index:06d}.npz"), passes)
+    result = {
+        "index": partition.index,
+        "text_hash": partition.text_hash,
+        "text_bytes": partition.num_bytes,
+        "documents": part.num_documents,
+        "sentences": part.num_sentences,
+        "tokens": part.num_tokens,
+        "rows_per_pass": counts,
+        "engine": engine,
+        "cached": cached,
+        "mismatches": mismatches,
+    }
+    write_json_atomic(marker, result, fsync=False)
+    return result
+
+
+def _save_npz(path: pathlib.Path, arrays: dict) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_bytes_atomic(path, buffer.getbuffer(), fsync=False)
+
+
+# --- stage 2 -----------------------------------------------------------------------
+
+
+def _record_batch(rows, masked, vocab_size: int) -> pa.RecordBatch:
+    ids_type = schema.token_type(vocab_size)
+    row_offsets = pa.array(rows.offsets.astype(np.int32))
+    mlm_offsets = pa.array(masked.offsets.astype(np.int32))
+    ids_np = id_dtype(vocab_size)
+    arrays = [
+        pa.ListArray.from_arrays(row_offsets, pa.array(rows.input_ids.astype(ids_np, copy=False), ids_type)),
+        pa.ListArray.from_arrays(row_offsets, pa.array(rows.token_type_ids, pa.int8())),
+        pa.ListArray.from_arrays(mlm_offsets, pa.array(masked.positions, pa.uint16())),
+        pa.ListArray.from_arrays(mlm_offsets, pa.array(masked.labels.astype(ids_np, copy=False), ids_type)),
+        pa.array(rows.next_sentence_label, pa.int8()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema.shard_schema(vocab_size))
+
+
+def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets: list[int], num_shards: int, total_rows: int) -> dict:
+    """Mask every pass of one partition and write its rows as `num_shards` record
+    batches, batch s holding the rows bound for shard s. Rows are dealt to shards round-robin in a random order, continuing
+    from the partition's global row offset, so shards end up within one row of equal."""
+    marker = _work(ctx, f"scatter-{index:06d}.json")
+    done = _read_marker(marker)
+    if done is not None:
+        return done
+    tok, _ = _tokenizer(ctx)
+    vocab = vocabulary_for_masking(tok)
+    part = TokenCache(ctx.cache_dir).load(text_hash, ctx.tokenizer_fingerprint)
+    if part is None:
+        raise RuntimeError(f"tokenized partition {index} vanished from the cache {ctx.cache_dir}")
+    stats = _empty_stats(ctx.pairs.max_seq_length)
+    per_shard: list[list[pa.RecordBatch]] = [[] for _ in range(num_shards)]
+    with np.load(_work(ctx, f"pairs-{index:06d}.npz")) as saved:
+        for dupe in range(ctx.dupe_factor):
+            pairs = saved[f"pass_{dupe}"]
+            rng = np.random.default_rng(stream_seed(ctx.seed, "mask", index, dupe))
+            rows = build_rows(part.ids, pairs, tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
+            masked = apply_masking(rows, ctx.masking, vocab, rng)
+            _add_stats(stats, rows, masked)
+            batch = _record_batch(rows, masked, tok.vocab_size)
+            # Deal rows to shards: the k-th row of a random order goes to shard
+            # (global offset + k) mod num_shards.
+            dealt = np.empty(len(pairs), dtype=np.int64)
+            dealt[rng.permutation(len(pairs))] = (pass_offsets[dupe] + np.arange(len(pairs))) % num_shards
+            order = np.argsort(dealt, kind="stable")
+            sorted_batch = batch.take(pa.array(order))
+            bounds = np.searchsorted(dealt[order], np.arange(num_shards + 1))
+            for s in range(num_shards):
+                per_shard[s].append(sorted_batch.slice(bounds[s], bounds[s + 1] - bounds[s]))
+    # One record batch per shard (all passes together), so shard s reads batch s.
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema.shard_schema(tok.vocab_size)) as writer:
+        for pieces in per_shard:
+            writer.write_batch(pa.concat_batches(pieces))
+    write_bytes_atomic(_work(ctx, f"scatter-{index:06d}.arrow"), sink.getvalue(), fsync=False)
+    write_json_atomic(marker, stats, fsync=False)
+    return stats
+
+
+def _empty_stats(max_seq_length: int) -> dict:
+    return {
+        "rows": 0,
+        "tokens": 0,
+        "masked_positions": 0,
+        "masked_as_mask": 0,
+        "masked_kept": 0,
+        "masked_random": 0,
+        "next_sentence_random": 0,
+        "length_histogram": [0] * (max_seq_length + 1),
+    }
+
+
+def _add_stats(stats: dict, rows, masked) -> None:
+    lengths = rows.lengths
+    stats["rows"] += rows.num_rows
+    stats["tokens"] += int(lengths.sum())
+    stats["masked_positions"] += len(masked.positions)
+    stats["masked_as_mask"] += masked.num_masked
+    stats["masked_kept"] += masked.num_kept
+    stats["masked_random"] += masked.num_random
+    stats["next_sentence_random"] += int(rows.next_sentence_label.sum())
+    histogram = np.bincount(lengths, minlength=len(stats["length_histogram"]))
+    stats["length_histogram"] = [a + int(b) for a, b in zip(stats["length_histogram"], histogram)]
+
+
+def merge_stats(all_stats: list[dict]) -> dict:
+    total = _empty_stats(len(all_stats[0]["length_histogram"]) - 1) if all_stats else {}
+    for stats in all_stats:
+        for key, value in stats.items():
+            if key == "length_histogram":
+                total[key] = [a + b for a, b in zip(total[key], value)]
+            else:
+                total[key] += value
+    return total
+
+
+# --- stage 3 -----------------------------------------------------------------------
+
+
+def gather_shard(ctx: TaskContext, shard: int, num_shards: int, partitions: list[int], out_dir: str) -> dict:
+    """Collect shard `shard`'s rows from every partition (fixed order), shuffle them and
+    write the final Arrow IPC stream file."""
+    name = schema.shard_name(shard, num_shards)
+    marker = _work(ctx, f"shard-{shard:05d}.json")
+    done = _read_marker(marker)
+    if done is not None and (pathlib.Path(out_dir) / name).exists():
+        return done
+    batches = []
+    for index in partitions:
+        # Memory-mapped: only this shard's batches are paged in, so memory follows
+        # the shard size, not the corpus size. The batches keep the map alive.
+        reader = pa.ipc.open_file(pa.memory_map(str(_work(ctx, f"scatter-{index:06d}.arrow"))))
+        batches.append(reader.get_batch(shard))
+    table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=batches[0].schema)
+    rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
+    table = table.take(pa.array(rng.permutation(table.num_rows))).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=RECORD_BATCH_ROWS):
+            writer.write_batch(batch)
+    data = sink.getvalue()
+    write_bytes_atomic(pathlib.Path(out_dir) / name, data)
+    result = {"name": name, "rows": table.num_rows, "bytes": data.size, "sha256": sha256_of(data)}
+    write_json_atomic(marker, result, fsync=False)
+    return result
+
+
+__all__ = [
+    "TaskContext",
+    "pair_partition",
+    "scatter_partition",
+    "gather_shard",
+    "merge_stats",
+    "stream_seed",
+]

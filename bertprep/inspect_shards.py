@@ -1,0 +1,176 @@
+"""Re-measure a shard directory from its rows: what `bertprep inspect` prints.
+
+Nothing here trusts the manifest's statistics: rows are read back (memory-mapped,
+shard by shard) and counted with vectorised Arrow/numpy operations.
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import numpy as np
+import pyarrow as pa
+
+from bertprep import schema
+from bertprep.errors import BertprepError
+from bertprep.manifest import confidence_interval
+from bertprep.masking import MaskingConfig, num_to_predict
+
+
+def read_manifest(out) -> dict:
+    path = pathlib.Path(out) / "manifest.json"
+    if not path.exists():
+        raise BertprepError(f"{out}: no manifest.json, so not a finished build-shards output")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise BertprepError(f"{path}: not valid JSON ({exc})") from None
+
+
+def open_shard(path: pathlib.Path) -> pa.Table:
+    try:
+        return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})") from None
+
+
+def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a list column, as numpy, zero-copy where possible."""
+    array = column.combine_chunks()
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy()
+    return values[offsets[0] : offsets[-1]], offsets - offsets[0]
+
+
+def measure(out) -> dict:
+    out = pathlib.Path(out)
+    manifest = read_manifest(out)
+    special = manifest["tokenizer"]["special_ids"]
+    options = manifest["options"]
+    counts = dict(rows=0, tokens=0, positions=0, as_mask=0, kept=0, random=0, nsp_random=0, expected_positions=0)
+    histogram = np.zeros(options["max_seq_length"] + 1, dtype=np.int64)
+    masking = MaskingConfig(options["max_predictions_per_seq"], options["masked_lm_prob"])
+    for shard in manifest["shards"]:
+        table = open_shard(out / shard["name"])
+        ids, row_offsets = _flat(table.column(schema.INPUT_IDS))
+        positions, mlm_offsets = _flat(table.column(schema.MASKED_LM_POSITIONS))
+        labels, _ = _flat(table.column(schema.MASKED_LM_IDS))
+        lengths = np.diff(row_offsets)
+        per_row = np.diff(mlm_offsets)
+        shown = ids[np.repeat(row_offsets[:-1], per_row) + positions.astype(np.int64)]
+        as_mask = shown == special["mask"]
+        kept = ~as_mask & (shown == labels)
+        counts["rows"] += table.num_rows
+        counts["tokens"] += int(lengths.sum())
+        counts["positions"] += len(positions)
+        counts["as_mask"] += int(as_mask.sum())
+        counts["kept"] += int(kept.sum())
+        counts["random"] += int((~as_mask & ~kept).sum())
+        counts["nsp_random"] += int(table.column(schema.NEXT_SENTENCE_LABEL).to_numpy().sum())
+        counts["expected_positions"] += int(num_to_predict(lengths, masking).sum())
+        histogram += np.bincount(lengths, minlength=len(histogram))[: len(histogram)]
+    return _report(manifest, counts, histogram)
+
+
+def _share(k: int, n: int, expected: float) -> dict:
+    low, high = confidence_interval(k, n)
+    sigma = math.sqrt(expected * (1 - expected) / n) if n else float("nan")
+    return {
+        "observed": k / n if n else float("nan"),
+        "expected": expected,
+        "ci95": [low, high],
+        "z": (k / n - expected) / sigma if n else float("nan"),
+    }
+
+
+def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
+    n = c["positions"]
+    options = manifest["options"]
+    return {
+        "directory_rows_in_manifest": manifest["totals"]["rows"],
+        "rows": c["rows"],
+        "tokens": c["tokens"],
+        "shards": len(manifest["shards"]),
+        "mask_rate": {
+            **_share(n, c["tokens"], options["masked_lm_prob"]),
+            # What the count formula gives for these lengths (rounding, the 1 minimum
+            # and the max-predictions cap move it off the nominal probability).
+            "formula": c["expected_positions"] / c["tokens"] if c["tokens"] else float("nan"),
+        },
+        "masked_positions": n,
+        "split": {
+            "mask": _share(c["as_mask"], n, 0.8),
+            "kept": _share(c["kept"], n, 0.1),
+            "random": _share(c["random"], n, 0.1),
+        },
+        "next_sentence_random": _share(c["nsp_random"], c["rows"], 0.5),
+        "length_histogram": histogram.tolist(),
+        "manifest": {
+            "created_by": manifest.get("created_by"),
+            "options": options,
+            "tokenizer": manifest["tokenizer"],
+            "totals": manifest["totals"],
+        },
+    }
+
+
+def decode_samples(out, count: int) -> list[str]:
+    """The first `count` rows of the first shard, both segments visible, each masked
+    position shown as [shown->original] (shown = [MASK], a random token or the same)."""
+    out = pathlib.Path(out)
+    manifest = read_manifest(out)
+    vocab = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    table = open_shard(out / manifest["shards"][0]["name"]).slice(0, count)
+    lines = []
+    for r, row in enumerate(table.to_pylist()):
+        tokens = [vocab[i] for i in row[schema.INPUT_IDS]]
+        for pos, label in zip(row[schema.MASKED_LM_POSITIONS], row[schema.MASKED_LM_IDS]):
+            tokens[pos] = f"[{tokens[pos]}->{vocab[label]}]"
+        boundary = row[schema.TOKEN_TYPE_IDS].index(1)
+        kind = "random B" if row[schema.NEXT_SENTENCE_LABEL] == 1 else "actual next B"
+        lines.append(f"#{r} ({len(tokens)} tokens, {kind})")
+        lines.append("  A: " + " ".join(tokens[:boundary]))
+        lines.append("  B: " + " ".join(tokens[boundary:]))
+    return lines
+
+
+def format_report(report: dict) -> str:
+    m = report["manifest"]
+    rate, split, nsp = report["mask_rate"], report["split"], report["next_sentence_random"]
+    lines = [
+        f"{m['created_by']}; tokenizer {m['tokenizer']['fingerprint'][:12]} "
+        f"({m['tokenizer']['vocab_size']:,} tokens, {'uncased' if m['tokenizer']['lowercase'] else 'cased'})",
+        "options: " + ", ".join(f"{k}={v}" for k, v in m["options"].items()),
+        f"corpus: {m['totals']['documents']:,} documents, {m['totals']['sentences']:,} sentences, "
+        f"{m['totals']['corpus_tokens']:,} tokens in {m['totals']['partitions']:,} partitions",
+        f"rows: {report['rows']:,} in {report['shards']} shards (manifest says {report['directory_rows_in_manifest']:,}); "
+        f"{report['tokens']:,} tokens, mean length {report['tokens'] / max(report['rows'], 1):.1f}",
+        f"mask rate: {rate['observed']:.4f} (95% CI {rate['ci95'][0]:.4f}-{rate['ci95'][1]:.4f}); "
+        f"nominal {rate['expected']:.4f}, count formula gives {rate['formula']:.4f}",
+    ]
+    lines.append(f"masked positions: {report['masked_positions']:,}")
+    for name in ("mask", "kept", "random"):
+        s = split[name]
+        lines.append(
+            f"  {name:>6}: {s['observed']:.4f} (95% CI {s['ci95'][0]:.4f}-{s['ci95'][1]:.4f}, expected {s['expected']:.2f}, z={s['z']:+.1f})"
+        )
+    lines.append(
+        f"NSP random B: {nsp['observed']:.4f} (95% CI {nsp['ci95'][0]:.4f}-{nsp['ci95'][1]:.4f}; "
+        "above 0.5 because one-sentence chunks are always random, as in the reference)"
+    )
+    lines.append("length histogram:")
+    lines.extend(_histogram_lines(report["length_histogram"]))
+    return "\n".join(lines)
+
+
+def _histogram_lines(histogram: list[int], bins: int = 8) -> list[str]:
+    hist = np.asarray(histogram)
+    edges = np.linspace(0, len(hist), bins + 1).astype(int)
+    sums = [int(hist[lo:hi].sum()) for lo, hi in zip(edges[:-1], edges[1:])]
+    top = max(max(sums), 1)
+    total = max(sum(sums), 1)
+    return [
+        f"  {lo:>4}-{hi - 1:<4} {n:>10,} {100 * n / total:5.1f}% {'#' * round(40 * n / top)}"
+        for lo, hi, n in zip(edges[:-1], edges[1:], sums)
+    ]

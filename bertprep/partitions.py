@@ -1,0 +1,138 @@
+"""Cut the document stream into fixed-size partitions and cache them tokenized.
+
+Partitions are cut by content (a byte budget, in input order), never "one per worker",
+so the partition list and everything derived from it is the same whatever `--workers`
+is (DESIGN.md, "Determinism and scale"). A partition is identified by its index and by
+a hash of its text; the tokenized form is cached under (text hash, tokenizer
+fingerprint), so a second build with other pairing or masking options, or another
+seed, does not tokenize again.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from bertprep.atomic import _temporary_name
+from bertprep.encoding import SentenceEncoder
+from bertprep.instances import TokenizedPartition
+
+CACHE_FORMAT = 1
+MIN_DOCUMENTS = 16  # a partition must offer random-next documents other than the current one
+
+
+@dataclass
+class PartitionText:
+    index: int
+    documents: list[list[str]]  # each a list of sentences
+    num_bytes: int  # UTF-8 bytes of the sentences
+    text_hash: str  # blake2b of the content, document and sentence boundaries included
+
+
+def _hash_documents(documents: list[list[str]]) -> str:
+    digest = hashlib.blake2b(digest_size=20)
+    for doc in documents:
+        # \x1e / \x1f cannot survive corpus reading's stripping inside a sentence
+        # boundary, so the encoding of the structure is unambiguous.
+        digest.update("\x1f".join(doc).encode("utf-8", "surrogatepass"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def iter_partitions(documents: Iterable[list[str]], target_bytes: int) -> Iterator[PartitionText]:
+    """Partitions of about `target_bytes` of text each, in input order. A small tail is
+    merged into the previous partition so none has too few documents for random-next."""
+    pending: PartitionText | None = None
+    current: list[list[str]] = []
+    size = 0
+    index = 0
+    for doc in documents:
+        current.append(doc)
+        size += sum(len(s) for s in doc) + len(doc)
+        if size >= target_bytes and len(current) >= MIN_DOCUMENTS:
+            if pending is not None:
+                yield pending
+            pending = PartitionText(index, current, size, "")
+            index += 1
+            current, size = [], 0
+    if current:
+        if pending is not None and (len(current) < MIN_DOCUMENTS or size < target_bytes // 4):
+            pending.documents.extend(current)
+            pending.num_bytes += size
+        else:
+            if pending is not None:
+                yield pending
+            pending = PartitionText(index, current, size, "")
+    if pending is not None:
+        yield pending
+
+
+def finish(partition: PartitionText) -> PartitionText:
+    """Hash a partition (done in the worker: hashing is per-byte work)."""
+    if not partition.text_hash:
+        partition.text_hash = _hash_documents(partition.documents)
+    return partition
+
+
+def tokenize_documents(documents: list[list[str]], encoder: SentenceEncoder):
+    """Tokenize a partition. Sentences that tokenize to nothing vanish and documents
+    left empty are dropped, as in the reference."""
+    sentences = [s for doc in documents for s in doc]
+    encoded = encoder.encode(sentences)
+    lengths = np.diff(encoded.offsets)
+    doc_sizes = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
+    doc_of_sentence = np.repeat(np.arange(len(documents)), doc_sizes)
+    keep = lengths > 0
+    kept_per_doc = np.bincount(doc_of_sentence[keep], minlength=len(documents))
+    kept_per_doc = kept_per_doc[kept_per_doc > 0]
+    sentence_offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+    np.cumsum(lengths[keep], out=sentence_offsets[1:])
+    document_offsets = np.zeros(len(kept_per_doc) + 1, dtype=np.int64)
+    np.cumsum(kept_per_doc, out=document_offsets[1:])
+    # Empty sentences contribute no ids, so the flat id array is already right.
+    part = TokenizedPartition(encoded.ids, sentence_offsets, document_offsets)
+    return part, encoded
+
+
+class TokenCache:
+    """Tokenized partitions on disk, one .npz per (text hash, tokenizer)."""
+
+    def __init__(self, directory):
+        self.directory = pathlib.Path(directory)
+
+    def path(self, text_hash: str, tokenizer_fingerprint: str) -> pathlib.Path:
+        key = hashlib.blake2b(
+            f"{CACHE_FORMAT}:{tokenizer_fingerprint}:{text_hash}".encode(), digest_size=20
+        ).hexdigest()
+        return self.directory / key[:2] / f"{key}.npz"
+
+    def load(self, text_hash: str, tokenizer_fingerprint: str) -> TokenizedPartition | None:
+        path = self.path(text_hash, tokenizer_fingerprint)
+        try:
+            with np.load(path) as data:
+                return TokenizedPartition(
+                    data["ids"], data["sentence_offsets"], data["document_offsets"]
+                )
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            return None  # missing or damaged: tokenize again
+
+    def save(self, text_hash: str, tokenizer_fingerprint: str, part: TokenizedPartition) -> None:
+        path = self.path(text_hash, tokenizer_fingerprint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary_name(path)
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(
+                    f,
+                    ids=part.ids,
+                    sentence_offsets=part.sentence_offsets,
+                    document_offsets=part.document_offsets,
+                )
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
