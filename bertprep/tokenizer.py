@@ -1,0 +1,305 @@
+"""Load, build and save a BERT WordPiece tokenizer (the reference is `tokenizers`).
+
+A `LoadedTokenizer` wraps a `tokenizers.Tokenizer` whose pipeline is rebuilt from three
+things only: the vocabulary (id -> token), `lowercase` and `max_chars_per_word`. So a
+Google `vocab.txt`, a `tokenizer.json` and a TOKDIR all give the same pipeline:
+
+- `BertNormalizer(clean_text, handle_chinese_chars, strip_accents=lowercase, lowercase)`
+  (accents are stripped only when lower-casing, as Google's tokenizer does);
+- `BertPreTokenizer` (whitespace, then every punctuation char on its own);
+- `WordPiece(unk_token="[UNK]", continuing_subword_prefix="##",
+  max_input_chars_per_word=max_chars_per_word)`, default 200 as Google's tokenizer
+  (the `tokenizers` default is 100);
+- the `WordPiece` decoder and a `[CLS] $A [SEP]` / `[CLS] $A [SEP] $B:1 [SEP]:1`
+  post-processor whose ids are looked up in the vocabulary;
+- `encode_special_tokens = True`: a literal "[MASK]" in text is tokenized as text
+  (`[`, `mask`, `]`), as Google's tokenizer does.
+
+Known remaining differences from Google's `tokenization.py` (REFERENCE.md §6); on
+ordinary English the two agree token for token (tests/test_tokenizer_google.py checks
+every line of the shared corpora, including words of 101-200 characters):
+
+- private-use characters, CJK Extension E (U+2B820-2B91F) and about 500 characters added
+  to Unicode after Python's/Rust's tables diverged are classified differently;
+- Greek final sigma: Python's `str.lower()` maps a word-final "Σ" to "ς", the Rust
+  normalizer maps every "Σ" to "σ";
+- `encode_special_tokens` is not stored in `tokenizer.json`: a `tokenizers.Tokenizer`
+  loaded with `from_file`, and transformers' `BertTokenizer`, treat a literal "[MASK]" in
+  text as the special token. `load_tokenizer` sets it back.
+- transformers 5's `BertTokenizer` (what `AutoTokenizer.from_pretrained(TOKDIR)` gives)
+  rebuilds its WordPiece model with `max_input_chars_per_word=100`, whatever
+  `tokenizer.json` says: it maps words of 101-200 characters to `[UNK]`.
+
+The fingerprint (`LoadedTokenizer.fingerprint`) is the sha256 of the UTF-8 JSON text
+`["bertprep-tokenizer/1", lowercase, max_chars_per_word, [token0, token1, ...]]` written
+with `ensure_ascii=False` and separators `(",", ":")`: two tokenizers with the same
+fingerprint encode every text identically.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from bertprep.atomic import write_bytes_atomic
+from bertprep.errors import BertprepError, describe_path
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+DEFAULT_MAX_CHARS_PER_WORD = 200  # Google's tokenization.py; `tokenizers` defaults to 100
+FINGERPRINT_VERSION = "bertprep-tokenizer/1"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of the five special tokens, looked up in the vocabulary."""
+
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def is_bracketed_special(token: str) -> bool:
+    """`[PAD]`, `[unused7]`, `[foo]`: tokens that are never ordinary text pieces.
+
+    Text can never produce them: BertPreTokenizer splits `[` and `]` off every word.
+    """
+    return len(token) > 2 and token.startswith("[") and token.endswith("]")
+
+
+@dataclass
+class LoadedTokenizer:
+    tokenizer: Tokenizer  # the full pipeline (see the module docstring)
+    vocab: list[str]  # id -> token
+    lowercase: bool
+    max_chars_per_word: int
+    source: pathlib.Path | None  # what it was loaded from (None when built in memory)
+    special: SpecialIds
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def fingerprint(self) -> str:
+        """sha256 hex of the vocabulary and settings (format in the module docstring)."""
+        payload = [FINGERPRINT_VERSION, self.lowercase, self.max_chars_per_word, self.vocab]
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def ordinary_ids(self) -> np.ndarray:
+        """Sorted int32 ids of every token that is not a bracketed special.
+
+        This is the pool random MLM replacement draws from (DESIGN.md: never [PAD],
+        [UNK], [CLS], [SEP], [MASK] or a reserved [unusedN] slot).
+        """
+        ids = [i for i, token in enumerate(self.vocab) if not is_bracketed_special(token)]
+        return np.asarray(ids, dtype=np.int32)
+
+    def encoder_json(self) -> str:
+        """tokenizer.json text for a bulk encoder (nanotoken): the same normalizer,
+        pre-tokenizer and model, but no added tokens and no post-processor, so a literal
+        "[MASK]" in text is text and no [CLS]/[SEP] are added."""
+        bare = _pipeline(self.vocab, self.lowercase, self.max_chars_per_word)
+        return bare.to_str()
+
+    def save(self, directory) -> list[str]:
+        """Write vocab.txt, tokenizer.json, tokenizer_config.json and
+        special_tokens_map.json into `directory` (created if missing). Each file is
+        written to a temporary name and renamed. Returns the file names."""
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                    "cls_token": "[CLS]", "mask_token": "[MASK]"}
+        # What transformers' BertTokenizer reads: do_lower_case drives its normalizer;
+        # strip_accents None means "follow do_lower_case", as here.
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
+                  "tokenize_chinese_chars": True, "strip_accents": None,
+                  "model_max_length": 512, "clean_up_tokenization_spaces": False, **specials}
+        contents = {
+            "vocab.txt": "".join(token + "\n" for token in self.vocab),
+            "tokenizer.json": self.tokenizer.to_str(pretty=True) + "\n",
+            "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+            "special_tokens_map.json": json.dumps(specials, indent=2) + "\n",
+        }
+        for name, text in contents.items():
+            write_bytes_atomic(directory / name, text.encode("utf-8"))
+        return list(contents)
+
+
+def build_tokenizer(vocab: list[str], lowercase: bool,
+                    max_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD,
+                    source=None) -> LoadedTokenizer:
+    """The BERT pipeline over `vocab` (id -> token). Raises BertprepError for an empty
+    vocabulary, duplicate or empty tokens, or a missing special token."""
+    where = describe_path(source) if source is not None else "vocabulary"
+    vocab = list(vocab)
+    _validate_vocab(vocab, where)
+    if max_chars_per_word < 1:
+        raise BertprepError(f"{where}: max_chars_per_word must be at least 1, got {max_chars_per_word}")
+    token_to_id = {token: i for i, token in enumerate(vocab)}
+    special = SpecialIds(*(token_to_id[token] for token in SPECIAL_TOKENS))
+    tokenizer = _pipeline(vocab, lowercase, max_chars_per_word)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", special.cls), ("[SEP]", special.sep)],
+    )
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer.encode_special_tokens = True  # literal "[MASK]" in text is text (as Google)
+    return LoadedTokenizer(
+        tokenizer=tokenizer, vocab=vocab, lowercase=bool(lowercase),
+        max_chars_per_word=int(max_chars_per_word),
+        source=pathlib.Path(source) if source is not None else None, special=special,
+    )
+
+
+def load_tokenizer(path, lowercase: bool | None = None,
+                   max_chars_per_word: int | None = None) -> LoadedTokenizer:
+    """Load a TOKDIR (tokenizer.json and/or vocab.txt), a tokenizer.json or a bare
+    vocab.txt such as Google's. `lowercase`/`max_chars_per_word` override what the files
+    say; for a bare vocab.txt, `lowercase=None` means uncased when no token (other than
+    bracketed specials) has an upper-case letter (`infer_lowercase`)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise BertprepError(f"{describe_path(path)}: no such file or directory")
+    if path.is_dir():
+        if (path / "tokenizer.json").is_file():
+            path = path / "tokenizer.json"
+        elif (path / "vocab.txt").is_file():
+            if lowercase is None:
+                lowercase = _config_lowercase(path / "tokenizer_config.json")
+            path = path / "vocab.txt"
+        else:
+            raise BertprepError(f"{describe_path(path)}: directory has no tokenizer.json or vocab.txt")
+    text = _read_text(path)
+    if path.suffix == ".json" or text.lstrip().startswith("{"):
+        vocab, json_lowercase, json_max_chars = _parse_tokenizer_json(text, path)
+        if lowercase is None:
+            lowercase = json_lowercase
+        if max_chars_per_word is None:
+            max_chars_per_word = json_max_chars
+    else:
+        vocab = _parse_vocab_txt(text, path)
+    if lowercase is None:
+        lowercase = infer_lowercase(vocab)
+    if max_chars_per_word is None:
+        max_chars_per_word = DEFAULT_MAX_CHARS_PER_WORD
+    return build_tokenizer(vocab, lowercase, max_chars_per_word, source=path)
+
+
+def infer_lowercase(vocab: list[str]) -> bool:
+    """Uncased when lower-casing changes no token other than the bracketed specials.
+
+    "Has an upper-case letter" is almost that, but Google's uncased vocabulary holds
+    "ℝ" (DOUBLE-STRUCK CAPITAL R), which is upper-case and has no lower-case form.
+    """
+    return all(token.lower() == token for token in vocab if not is_bracketed_special(token))
+
+
+def _pipeline(vocab: list[str], lowercase: bool, max_chars_per_word: int) -> Tokenizer:
+    """Normalizer, pre-tokenizer, model and decoder; no post-processor, no added tokens."""
+    model = models.WordPiece(
+        vocab={token: i for i, token in enumerate(vocab)}, unk_token="[UNK]",
+        continuing_subword_prefix="##", max_input_chars_per_word=max_chars_per_word,
+    )
+    tokenizer = Tokenizer(model)
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=bool(lowercase),
+        lowercase=bool(lowercase),
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def _validate_vocab(vocab: list[str], where: str) -> None:
+    if not vocab:
+        raise BertprepError(f"{where}: empty vocabulary")
+    seen: dict[str, int] = {}
+    for i, token in enumerate(vocab):
+        if not token or token != token.strip() or "\n" in token:
+            raise BertprepError(f"{where}: token {i} ({token!r}) is empty or contains whitespace")
+        if token in seen:
+            raise BertprepError(f"{where}: duplicate token {token!r} (ids {seen[token]} and {i})")
+        seen[token] = i
+    missing = [token for token in SPECIAL_TOKENS if token not in seen]
+    if missing:
+        raise BertprepError(f"{where}: vocabulary lacks {', '.join(missing)}")
+
+
+def _read_text(path: pathlib.Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BertprepError(f"{describe_path(path)}: not a tokenizer (not UTF-8 text: byte {exc.start})") from None
+    except OSError as exc:
+        raise BertprepError(f"{describe_path(path)}: cannot read ({exc.strerror})") from None
+
+
+def _parse_vocab_txt(text: str, path: pathlib.Path) -> list[str]:
+    """One token per line, line number = id (Google's load_vocab strips each line)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocab = [line.strip() for line in lines]
+    for i, token in enumerate(vocab):
+        if not token:
+            raise BertprepError(f"{describe_path(path)}: line {i + 1} is empty (expected one token per line)")
+    return vocab
+
+
+def _parse_tokenizer_json(text: str, path: pathlib.Path) -> tuple[list[str], bool | None, int]:
+    where = describe_path(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BertprepError(f"{where}: not a tokenizer (invalid JSON: {exc.msg} at line {exc.lineno})") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or model.get("type", "WordPiece") != "WordPiece" or "vocab" not in model:
+        kind = model.get("type") if isinstance(model, dict) else None
+        raise BertprepError(f"{where}: not a WordPiece tokenizer (model type {kind!r})")
+    if model.get("continuing_subword_prefix", "##") != "##":
+        raise BertprepError(f"{where}: continuing_subword_prefix is "
+                            f"{model['continuing_subword_prefix']!r}; BERT needs '##'")
+    token_to_id = model["vocab"]
+    if not isinstance(token_to_id, dict) or not token_to_id:
+        raise BertprepError(f"{where}: empty vocabulary")
+    vocab: list[str | None] = [None] * len(token_to_id)
+    for token, i in token_to_id.items():
+        if not isinstance(i, int) or not 0 <= i < len(vocab) or vocab[i] is not None:
+            raise BertprepError(f"{where}: vocabulary ids are not 0..{len(vocab) - 1} (token {token!r} has id {i!r})")
+        vocab[i] = token
+    max_chars = int(model.get("max_input_chars_per_word", DEFAULT_MAX_CHARS_PER_WORD))
+    return vocab, _normalizer_lowercase(data.get("normalizer")), max_chars
+
+
+def _normalizer_lowercase(normalizer) -> bool | None:
+    """`lowercase` of a BertNormalizer (possibly inside a Sequence); None if absent."""
+    if not isinstance(normalizer, dict):
+        return None
+    if normalizer.get("type") == "BertNormalizer":
+        return bool(normalizer.get("lowercase", True))
+    for inner in normalizer.get("normalizers") or []:
+        found = _normalizer_lowercase(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _config_lowercase(config_path: pathlib.Path) -> bool | None:
+    """`do_lower_case` from a transformers tokenizer_config.json, if there is one."""
+    try:
+        value = json.loads(config_path.read_text(encoding="utf-8")).get("do_lower_case")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, bool) else None
+
