@@ -1,0 +1,165 @@
+"""Shard directories for tests and benchmarks, conforming to DESIGN.md's shard contract.
+
+- `write_shard_dir(out, rows, vocab)`: rows (lists) -> data-*.arrow + state.json +
+  dataset_info.json + tokenizer files + a full manifest.json (written last).
+- `synthetic_rows(...)`: realistic NSP/MLM rows from a seeded generator (no corpus needed).
+- `build_corpus_shards(corpus, vocab, out)`: real shards of a text corpus, from
+  `bertprep build-shards` when it is available, else from the reference builder in
+  ../shared/tools (then completed here to the full contract).
+- `wiki_to_reference_layout(path)`: WikiExtractor <doc> files -> one sentence per line,
+  blank line between documents (a naive splitter; good enough for test data).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from bertprep import schema
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+REFERENCE_BUILDER = SHARED / "tools" / "reference_builder.py"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_tokenizer_files(out: Path, vocab: Path, lowercase: bool = True) -> dict:
+    """vocab.txt, tokenizer.json, tokenizer_config.json, special_tokens_map.json; returns
+    the manifest's "tokenizer" entry."""
+    from tokenizers import BertWordPieceTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vocab, out / "vocab.txt")
+    tokens = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    index = {t: i for i, t in enumerate(tokens)}
+    special = {k: index[v] for k, v in
+               {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}.items()}
+    BertWordPieceTokenizer(str(out / "vocab.txt"), lowercase=lowercase).save(str(out / "tokenizer.json"))
+    names = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+             "mask_token": "[MASK]"}
+    (out / "special_tokens_map.json").write_text(json.dumps(names, indent=2))
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "model_max_length": 512, **names},
+        indent=2))
+    files = ["vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+    return {"fingerprint": _sha256(out / "vocab.txt"), "vocab_size": len(tokens), "lowercase": lowercase,
+            "special_ids": special, "files": files}
+
+
+def write_manifest(out: Path, tokenizer: dict, options: dict) -> dict:
+    """A full manifest.json for the .arrow files already in `out` (written last, atomically)."""
+    shards = []
+    for p in sorted(out.glob("data-*.arrow")):
+        rows = pa.ipc.open_stream(pa.memory_map(str(p))).read_all().num_rows
+        shards.append({"name": p.name, "rows": rows, "bytes": p.stat().st_size, "sha256": _sha256(p)})
+    state = {"_data_files": [{"filename": s["name"]} for s in shards], "_fingerprint": "test",
+             "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+             "_output_all_columns": False, "_split": None}
+    (out / "state.json").write_text(json.dumps(state))
+    (out / "dataset_info.json").write_text(json.dumps({"features": schema.features_dict(tokenizer["vocab_size"])}))
+    manifest = {"format_version": schema.FORMAT_VERSION, "options": options, "tokenizer": tokenizer,
+                "shards": shards, "totals": {"rows": sum(s["rows"] for s in shards)}}
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2))
+    tmp.replace(out / "manifest.json")
+    return manifest
+
+
+def write_shard_dir(out, rows: list[tuple], vocab: Path, num_shards: int = 1, batch_rows: int = 64,
+                    max_seq_length: int = 128, max_predictions_per_seq: int = 20) -> Path:
+    """rows: (input_ids, token_type_ids, masked_lm_positions, masked_lm_ids, next_sentence_label)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = write_tokenizer_files(out, Path(vocab))
+    sch = schema.shard_schema(tokenizer["vocab_size"])
+    for i in range(num_shards):
+        part = rows[i::num_shards]
+        cols = list(zip(*part))
+        table = pa.table({name: pa.array(col, sch.field(name).type) for name, col in zip(schema.COLUMNS, cols)},
+                         schema=sch)
+        with pa.ipc.new_stream(str(out / schema.shard_name(i, num_shards)), sch) as writer:
+            for batch in table.to_batches(max_chunksize=batch_rows):
+                writer.write_batch(batch)
+    write_manifest(out, tokenizer, {"max_seq_length": max_seq_length,
+                                    "max_predictions_per_seq": max_predictions_per_seq})
+    return out
+
+
+def synthetic_rows(n: int, vocab_size: int, seed: int = 0, max_seq_length: int = 128,
+                   max_predictions: int = 20, short_prob: float = 0.1, special: tuple = (0, 100, 101, 102, 103)):
+    """Rows shaped like real ones: 90% full length, 15% of tokens predicted (capped),
+    80% of those replaced by [MASK]. Ids are uniform over the non-special vocabulary."""
+    rng = np.random.default_rng(seed)
+    pad, unk, cls, sep, mask = special
+    low = max(special) + 1
+    out = []
+    for _ in range(n):
+        length = max_seq_length if rng.random() > short_prob else int(rng.integers(8, max_seq_length + 1))
+        a_len = int(rng.integers(1, length - 3))
+        b_len = length - 3 - a_len
+        tokens = np.concatenate([[cls], rng.integers(low, vocab_size, a_len), [sep],
+                                 rng.integers(low, vocab_size, max(b_len, 1)), [sep]])[:length]
+        tokens[-1] = sep
+        types = np.r_[np.zeros(a_len + 2, np.int64), np.ones(length - a_len - 2, np.int64)]
+        candidates = np.flatnonzero((tokens != cls) & (tokens != sep))
+        k = min(max_predictions, max(1, round(length * 0.15)), len(candidates))
+        positions = np.sort(rng.choice(candidates, k, replace=False))
+        labels = tokens[positions].copy()
+        ids = tokens.copy()
+        ids[positions[rng.random(k) < 0.8]] = mask
+        out.append((ids.tolist(), types.tolist(), positions.tolist(), labels.tolist(), int(rng.random() < 0.5)))
+    return out
+
+
+def wiki_to_reference_layout(paths, out: Path) -> Path:
+    """WikiExtractor output -> one sentence per line, a blank line between documents."""
+    lines = []
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        for doc in re.findall(r"<doc[^>]*>(.*?)</doc>", text, flags=re.S):
+            paragraphs = [p.strip() for p in doc.strip().splitlines()[1:] if p.strip()]
+            for p in paragraphs:
+                lines.extend(s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z\"'(])", p) if s)
+            lines.append("")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def _bertprep_has_build_shards() -> bool:
+    try:
+        from bertprep.cli import main
+    except Exception:  # noqa: BLE001 - the other half of the project may be mid-change
+        return False
+    return "build-shards" in getattr(main, "commands", {})
+
+
+def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12345,
+                        max_seq_length: int = 128, max_predictions: int = 20) -> Path:
+    """Real shards of `corpus` (one path or a list) with the uncased `vocab`."""
+    out = Path(out)
+    corpus = [str(c) for c in (corpus if isinstance(corpus, (list, tuple)) else [corpus])]
+    if _bertprep_has_build_shards():
+        cmd = [sys.executable, "-c", "from bertprep.cli import main; main()", "build-shards", *corpus, "--tokenizer", str(vocab),
+               "--out", str(out), "--dupe-factor", str(dupe_factor), "--seed", str(seed),
+               "--max-seq-length", str(max_seq_length), "--max-predictions-per-seq", str(max_predictions)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode == 0 and (out / "manifest.json").exists():
+            return out
+    cmd = [sys.executable, str(REFERENCE_BUILDER), *corpus, "--tokenizer", str(vocab), "--out", str(out),
+           "--dupe-factor", str(dupe_factor), "--seed", str(seed), "--max-seq-length", str(max_seq_length),
+           "--max-predictions-per-seq", str(max_predictions)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    (out / "manifest.json").unlink()
+    tokenizer = write_tokenizer_files(out, Path(vocab))
+    write_manifest(out, tokenizer, {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions,
+                                    "dupe_factor": dupe_factor, "seed": seed, "builder": "reference_builder.py"})
+    return out
