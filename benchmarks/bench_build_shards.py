@@ -1,0 +1,98 @@
+"""build-shards throughput and memory against two baselines measured in the same run.
+
+    python benchmarks/bench_build_shards.py [--mb 20] [--skip-reference]
+
+Baselines: (a) `tokenizers` alone encoding the same text (encode_batch, all cores), and
+(b) ../shared/tools/reference_builder.py, a plain implementation of the reference
+algorithm. Targets (issue #3, 2 cores): dupe 1 <= 0.5x and dupe 5 <= 1.0x the
+tokenize-only time; peak RSS of the process tree for 4x the text within 1.3x.
+Every build here starts with an empty tokenization cache (a cold build).
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_corpus import REPO, shared_data_or_exit, write_corpus  # noqa: E402
+from measure import run_measured  # noqa: E402
+
+PYTHON = sys.executable
+BERTPREP = [str(pathlib.Path(PYTHON).with_name("bertprep"))]
+
+
+def tokenize_only_seconds(corpus: pathlib.Path, vocab: pathlib.Path) -> float:
+    code = (
+        "import time,sys\n"
+        "from tokenizers import BertWordPieceTokenizer\n"
+        f"tok = BertWordPieceTokenizer({str(vocab)!r}, lowercase=True)\n"
+        "t = time.perf_counter()\n"
+        f"lines = [l.strip() for l in open({str(corpus)!r}, encoding='utf-8') if l.strip()]\n"
+        "tok.encode_batch(lines, add_special_tokens=False)\n"
+        "print(time.perf_counter() - t)\n"
+    )
+    _, _, out = run_measured([PYTHON, "-c", code])
+    return float(out.strip().splitlines()[-1])
+
+
+def ours(corpus, vocab, out, dupe, cache) -> tuple[float, int, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    cmd = BERTPREP + ["build-shards", str(corpus), "--tokenizer", str(vocab), "--out", str(out),
+                      "--dupe-factor", str(dupe), "--cache-dir", str(cache), "--quiet"]
+    return run_measured(cmd)
+
+
+def reference(corpus, vocab, out, dupe) -> tuple[float, int, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    tool = REPO.parent / "shared" / "tools" / "reference_builder.py"
+    return run_measured([PYTHON, str(tool), str(corpus), "--tokenizer", str(vocab), "--out", str(out), "--dupe-factor", str(dupe)])
+
+
+def rows_of(output: str) -> int:
+    for line in output.splitlines():
+        if line.startswith("Wrote "):
+            return int(line.split()[1].replace(",", ""))
+        if line.endswith(" instances"):
+            return int(line.split()[0])
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=20.0, help="corpus size in MB")
+    parser.add_argument("--skip-reference", action="store_true", help="skip the plain reference builder")
+    args = parser.parse_args()
+    data = shared_data_or_exit()
+    vocab = data / "bert-base-uncased-vocab.txt"
+    with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
+        tmp = pathlib.Path(tmp)
+        small, large = tmp / "corpus.txt", tmp / "corpus4x.txt"
+        mb = write_corpus(small, int(args.mb * 1e6)) / 1e6
+        write_corpus(large, int(4 * args.mb * 1e6))
+        print(f"corpus: {mb:.1f} MB (and {4 * mb:.1f} MB for the memory check), 2 x {args.mb:g} MB of real English from ../shared/data")
+        base = tokenize_only_seconds(small, vocab)
+        print(f"baseline tokenizers encode_batch (tokenize only): {base:.2f} s ({mb / base:.1f} MB/s)")
+        results = {}
+        for dupe in (1, 5):
+            seconds, peak, output = ours(small, vocab, tmp / "out", dupe, tmp / "cache")
+            rows = rows_of(output)
+            results[dupe] = (seconds, peak)
+            print(f"bertprep dupe {dupe}: {seconds:.2f} s, {mb / seconds:.1f} MB/s, {rows / seconds:,.0f} rows/s, "
+                  f"peak RSS {peak / 1e6:,.0f} MB; {seconds / base:.2f}x tokenize-only (target {'0.5' if dupe == 1 else '1.0'}x)")
+        seconds4, peak4, _ = ours(large, vocab, tmp / "out", 5, tmp / "cache")
+        print(f"bertprep dupe 5 on {4 * mb:.0f} MB: {seconds4:.2f} s, peak RSS {peak4 / 1e6:,.0f} MB; "
+              f"memory ratio 4x/1x = {peak4 / results[5][1]:.2f} (target <= 1.3)")
+        if not args.skip_reference:
+            for dupe in (1, 5):
+                seconds, peak, output = reference(small, vocab, tmp / "ref", dupe)
+                print(f"reference_builder dupe {dupe}: {seconds:.2f} s, peak RSS {peak / 1e6:,.0f} MB; "
+                      f"bertprep is {seconds / results[dupe][0]:.1f}x faster")
+
+
+if __name__ == "__main__":
+    main()
