@@ -1,2 +1,103 @@
-"""Commands of bertprep (registered in bertprep.cli)."""
-from bertprep.cli import main, user_errors  # noqa: F401
+"""Commands of bertprep (registered in bertprep.cli): train-tokenizer, encode."""
+from __future__ import annotations
+
+import itertools
+
+import click
+
+from bertprep.cli import main, user_errors
+from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
+from bertprep.corpus import ReadStats, format_size, iter_documents
+from bertprep.tokenizer import load_tokenizer
+from bertprep.wordpiece_training import TokenizerTrainingConfig, train_tokenizer
+
+DEFAULTS = TokenizerTrainingConfig()
+ENCODE_BATCH_LINES = 4096
+
+
+@main.command("train-tokenizer")
+@corpus_options
+@click.option("--out", "out_dir", required=True, metavar="TOKDIR", type=click.Path(file_okay=False),
+              help="Directory to write vocab.txt, tokenizer.json, tokenizer_config.json into.")
+@click.option("--vocab-size", type=click.IntRange(min=6), default=DEFAULTS.vocab_size, show_default=True,
+              help="Exact number of vocabulary entries, specials included.")
+@click.option("--lowercase/--cased", default=DEFAULTS.lowercase, show_default=True,
+              help="Uncased (lower-case and strip accents, as BERT-uncased) or cased.")
+@click.option("--min-frequency", type=click.IntRange(min=0), default=DEFAULTS.min_frequency, show_default=True,
+              help="A merge needs a pair of pieces seen at least this often.")
+@click.option("--limit-alphabet", type=click.IntRange(min=1), default=DEFAULTS.limit_alphabet, show_default=True,
+              help="Keep at most this many initial characters (the most frequent); others become [UNK].")
+@click.option("--unused", type=click.IntRange(min=0), default=DEFAULTS.unused, show_default=True, metavar="N",
+              help="Reserve [unused0]..[unused{N-1}] right after [PAD] (Google's uncased vocab: 99).")
+@click.option("--max-chars-per-word", type=click.IntRange(min=1), default=DEFAULTS.max_chars_per_word,
+              show_default=True, help="Longer words encode as [UNK] (200 as Google's tokenizer).")
+@click.option("--sample-bytes", type=SIZE, default=None, metavar="SIZE",
+              help="Train on a deterministic sample of about this much text, e.g. 500MB "
+                   "[default: the whole corpus].")
+@click.option("--heldout-fraction", type=click.FloatRange(0, 1, max_open=True),
+              default=DEFAULTS.heldout_fraction, show_default=True,
+              help="Share of documents (chosen by content hash) kept out of training to measure [UNK] rate.")
+@click.option("--overwrite", is_flag=True, help="Replace TOKDIR if it exists and is not empty.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@user_errors
+def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences, out_dir,
+                            vocab_size, lowercase, min_frequency, limit_alphabet, unused,
+                            max_chars_per_word, sample_bytes, heldout_fraction, overwrite, quiet):
+    """Train a BERT WordPiece vocabulary on INPUT... and write it to TOKDIR.
+
+    Training is deterministic: the same corpus and options give byte-identical files.
+    The vocabulary is [PAD], the --unused slots, [UNK] [CLS] [SEP] [MASK], the alphabet,
+    then the learned pieces; it has exactly --vocab-size entries unless the corpus is
+    too small (then a warning says so).
+
+    \b
+    Example:
+      bertprep train-tokenizer wiki/ books.txt.gz --out tok/ --vocab-size 30522 --unused 99
+    """
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    config = TokenizerTrainingConfig(
+        vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet, unused=unused, max_chars_per_word=max_chars_per_word,
+        sample_bytes=sample_bytes, heldout_fraction=heldout_fraction,
+    )
+    stats = ReadStats()
+    report = train_tokenizer(iter_documents(spec, stats), config, out_dir, overwrite=overwrite,
+                             progress=not quiet)
+    click.echo(f"read {stats.summary()}")
+    if report.training_bytes != report.corpus_bytes:
+        click.echo(f"trained on {format_size(report.training_bytes)} "
+                   f"({report.training_documents:,} documents)")
+    click.echo(f"vocabulary: {report.vocab_size:,} entries (requested {report.requested_vocab_size:,}), "
+               f"alphabet {report.alphabet_size:,} characters -> {out_dir}")
+    if report.unk_rate is not None:
+        click.echo(f"[UNK] rate {report.unk_rate:.4%}, {report.tokens_per_word:.3f} tokens/word "
+                   f"on {report.heldout_words:,} {report.measured_on} words")
+    click.echo(f"{report.seconds:,.1f} s, {report.mb_per_second:,.2f} MB/s")
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@main.command("encode")
+@click.option("--tokenizer", "tokenizer_path", required=True, metavar="TOK", type=click.Path(),
+              help="A TOKDIR, a tokenizer.json or a bare vocab.txt (e.g. Google's).")
+@click.argument("texts", metavar="[TEXT]...", nargs=-1)
+@click.option("--ids", is_flag=True, help="Print token ids instead of tokens.")
+@click.option("--special", is_flag=True, help="Add [CLS] and [SEP] around each input.")
+@click.option("--lowercase/--cased", default=None,
+              help="Override the tokenizer's casing [default: from the files; for a bare vocab.txt, "
+                   "uncased unless a token has upper-case letters].")
+@user_errors
+def encode_command(tokenizer_path, texts, ids, special, lowercase):
+    """Tokenize each TEXT (or each line of stdin when no TEXT is given) and print the
+    tokens, space-separated, one line per input.
+
+    \b
+    Example:
+      bertprep encode --tokenizer tok/ "Hello, world!"
+      cat corpus.txt | bertprep encode --tokenizer vocab.txt --ids
+    """
+    tok = load_tokenizer(tokenizer_path, lowercase=lowercase)
+    lines = iter(texts) if texts else (line.rstrip("\r\n") for line in click.get_text_stream("stdin"))
+    while batch := list(itertools.islice(lines, ENCODE_BATCH_LINES)):
+        for encoding in tok.tokenizer.encode_batch(batch, add_special_tokens=special):
+            click.echo(" ".join(map(str, encoding.ids)) if ids else " ".join(encoding.tokens))

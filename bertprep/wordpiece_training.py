@@ -1,0 +1,407 @@
+"""Deterministic WordPiece training: same corpus + config => byte-identical TOKDIR files.
+
+`tokenizers`' WordPieceTrainer (BPE-style merges ranked by pair count, then greedy
+WordPiece) is not reproducible run to run: it gives the `##x` continuation forms their
+ids while iterating a Rust HashMap of words (random order per process), breaks merge ties
+by pair id, and breaks ties at the `limit_alphabet` cut in hash order too. So ids, ties
+and a few dozen tokens change between identical runs (LIBRARY-NOTES.md).
+
+What we do instead (measured: byte-identical vocab.txt across processes, see
+tests/test_train_tokenizer_determinism.py and benchmarks/bench_train_tokenizer.py):
+
+1. Compute the alphabet ourselves: count the characters of the training text, map each
+   through the same normalizer and pre-tokenizer, keep the `limit_alphabet` most frequent
+   (ties: lower code point first), sorted by code point.
+2. Hand the trainer, as *special tokens*, in that canonical order: [PAD], [unused0..N-1],
+   [UNK], [CLS], [SEP], [MASK], every alphabet char, then `##char` for every char that can
+   continue a word (punctuation and CJK ideographs never do: the pre-tokenizer isolates
+   them, so their `##` forms would be dead slots). With `limit_alphabet=0` the trainer
+   adds no alphabet of its own, so every initial id is fixed before it iterates the
+   HashMap; pair ids, merge ties and new-token ids then follow deterministically.
+3. Read the vocabulary back in trainer id order, which is already canonical.
+
+Size: the trainer stops merging at exactly `vocab_size` entries; it stops earlier when
+no pair reaches `min_frequency` (reported as a shortfall). If the specials and alphabet
+alone exceed `vocab_size`, the rarest alphabet characters are dropped (reported).
+
+Input: documents are split by content hash into a held-out slice (never trained on; the
+report's [UNK] rate and tokens/word are measured on it) and the training text. With
+`sample_bytes`, the training text is the "bottom-k by bytes" sample: the documents with
+the smallest content hashes whose sizes add up to the budget. It is kept on disk and
+compacted as it grows, so memory stays small whatever the corpus size, and it does not
+depend on document order.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+import numpy as np
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+from bertprep.errors import BertprepError, describe_path
+from bertprep.progress import progress_bar
+from bertprep.tokenizer import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
+
+REPORT_FILE = "training.json"
+_HASH_SPACE = 1 << 64
+
+
+@dataclass
+class TokenizerTrainingConfig:
+    vocab_size: int = 30522  # exact size of the result when the corpus supports it
+    lowercase: bool = True  # uncased (lower-case + strip accents) as BERT-uncased
+    min_frequency: int = 2  # a merge needs a pair seen at least this often
+    limit_alphabet: int = 1000  # at most this many initial characters (most frequent kept)
+    unused: int = 0  # reserved [unused0..N-1] slots after [PAD], as Google's vocab
+    max_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD  # longer words -> [UNK]
+    sample_bytes: int | None = None  # train on a deterministic sample of this many bytes
+    heldout_fraction: float = 0.01  # documents (by content hash) kept out of training
+    heldout_max_bytes: int = 2_000_000  # at most this much held-out text is measured
+
+    def __post_init__(self):
+        checks = [
+            (self.vocab_size >= 1, "vocab_size must be positive"),
+            (self.min_frequency >= 0, "min_frequency cannot be negative"),
+            (self.limit_alphabet >= 1, "limit_alphabet must be at least 1"),
+            (self.unused >= 0, "unused cannot be negative"),
+            (self.max_chars_per_word >= 1, "max_chars_per_word must be at least 1"),
+            (self.sample_bytes is None or self.sample_bytes > 0, "sample_bytes must be positive"),
+            (0.0 <= self.heldout_fraction < 1.0, "heldout_fraction must be in [0, 1)"),
+            (self.heldout_max_bytes >= 0, "heldout_max_bytes cannot be negative"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise BertprepError(message)
+        minimum = len(SPECIAL_TOKENS) + self.unused + 1
+        if self.vocab_size < minimum:
+            raise BertprepError(f"vocab_size {self.vocab_size:,} is too small: the {len(SPECIAL_TOKENS)} special "
+                                f"tokens and {self.unused:,} [unused] slots leave no room (need at least {minimum:,})")
+
+    def initial_specials(self) -> list[str]:
+        """[PAD], [unused0..N-1], [UNK], [CLS], [SEP], [MASK]: Google's layout."""
+        return ["[PAD]", *(f"[unused{i}]" for i in range(self.unused)), *SPECIAL_TOKENS[1:]]
+
+
+@dataclass
+class TrainingReport:
+    vocab_size: int
+    requested_vocab_size: int
+    shortfall: int  # requested - actual, when the corpus has too few distinct words
+    alphabet_size: int  # initial characters kept
+    alphabet_dropped: int  # characters left out by limit_alphabet (or to fit vocab_size)
+    unk_rate: float | None  # [UNK] tokens / all tokens on the measured text
+    tokens_per_word: float | None
+    heldout_words: int  # words measured (pre-tokenizer words)
+    heldout_documents: int
+    measured_on: str  # "held-out" or "training" (when nothing was held out)
+    corpus_bytes: int  # UTF-8 bytes of every document read
+    corpus_documents: int
+    training_bytes: int
+    training_documents: int
+    seconds: float
+    fingerprint: str
+    out_dir: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.corpus_bytes / 1e6 / max(self.seconds, 1e-9)
+
+
+def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingConfig, out_dir,
+                    overwrite: bool = False, progress: bool = True) -> TrainingReport:
+    """Train a WordPiece vocabulary on `documents` (each a list of sentence strings) and
+    write a TOKDIR (vocab.txt, tokenizer.json, tokenizer_config.json,
+    special_tokens_map.json, training.json). Refuses an existing non-empty `out_dir`
+    unless `overwrite`; writes beside it and renames, so a crash leaves no half TOKDIR."""
+    started = time.perf_counter()
+    out_dir = pathlib.Path(out_dir)
+    _check_output(out_dir, overwrite)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work-", dir=out_dir.parent))
+    try:
+        split = _split_corpus(documents, config, work, progress)
+        warnings = list(split.warnings)
+        normalizer, pre_tokenizer = _normalizer(config.lowercase), pre_tokenizers.BertPreTokenizer()
+        char_counts = _normalized_char_counts(split.train_path, normalizer, pre_tokenizer)
+        alphabet, dropped = _choose_alphabet(char_counts, config.limit_alphabet)
+        continuing = [ch for ch in alphabet if _can_continue_word(ch, normalizer, pre_tokenizer)]
+        alphabet, continuing, fit_dropped = _fit_alphabet(alphabet, continuing, char_counts, config)
+        if fit_dropped:
+            warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet):,} "
+                            f"initial characters: {fit_dropped:,} rare characters left out (they encode as [UNK])")
+        vocab = _run_trainer(split.train_path, config, alphabet, continuing, normalizer, pre_tokenizer, progress)
+        shortfall = config.vocab_size - len(vocab)
+        if shortfall > 0:
+            warnings.append(f"vocabulary has {len(vocab):,} entries, {shortfall:,} fewer than --vocab-size: "
+                            "the corpus has too few distinct words")
+        loaded = build_tokenizer(vocab, config.lowercase, config.max_chars_per_word)
+        unk_rate, tokens_per_word, words = _measure(loaded, split.measure_path)
+        report = TrainingReport(
+            vocab_size=len(vocab), requested_vocab_size=config.vocab_size, shortfall=max(shortfall, 0),
+            alphabet_size=len(alphabet), alphabet_dropped=dropped + fit_dropped,
+            unk_rate=unk_rate, tokens_per_word=tokens_per_word, heldout_words=words,
+            heldout_documents=split.heldout_documents, measured_on=split.measured_on,
+            corpus_bytes=split.corpus_bytes, corpus_documents=split.corpus_documents,
+            training_bytes=split.train_bytes, training_documents=split.train_documents,
+            seconds=0.0, fingerprint=loaded.fingerprint(), out_dir=str(out_dir), warnings=warnings,
+        )
+        staged = work / "tokdir"
+        loaded.save(staged)
+        report.seconds = time.perf_counter() - started
+        (staged / REPORT_FILE).write_text(json.dumps(
+            {"config": asdict(config), "report": asdict(report)}, indent=2, ensure_ascii=False) + "\n",
+            encoding="utf-8")
+        _publish(staged, out_dir, overwrite)
+        return report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- output directory
+
+
+def _check_output(out_dir: pathlib.Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BertprepError(f"{describe_path(out_dir)}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise BertprepError(f"{describe_path(out_dir)}: exists and is not empty (use --overwrite to replace it)")
+
+
+def _publish(staged: pathlib.Path, out_dir: pathlib.Path, overwrite: bool) -> None:
+    """Move the finished TOKDIR into place with renames (same filesystem)."""
+    _check_output(out_dir, overwrite)
+    final = out_dir.parent / f".{out_dir.name}.new-{os.getpid()}"
+    os.rename(staged, final)
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+        os.rename(out_dir, old)
+        os.rename(final, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(final, out_dir)
+
+
+# ---------------------------------------------------------------- reading and splitting
+
+
+@dataclass
+class _Split:
+    train_path: pathlib.Path
+    measure_path: pathlib.Path
+    measured_on: str
+    corpus_bytes: int = 0
+    corpus_documents: int = 0
+    train_bytes: int = 0
+    train_documents: int = 0
+    heldout_documents: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool) -> _Split:
+    """Stream documents into train.txt (all, or the sample) and heldout.txt."""
+    heldout_path = work / "heldout.txt"
+    train_path = work / "train.txt"
+    sampler = _BottomSample(work / "sample.txt", config.sample_bytes) if config.sample_bytes else None
+    heldout_cut = int(config.heldout_fraction * _HASH_SPACE)
+    split = _Split(train_path, heldout_path, "held-out")
+    heldout_bytes = 0
+    with open(heldout_path, "wb") as heldout, open(train_path, "wb") as train, \
+            progress_bar(progress, desc="reading", unit="B", unit_scale=True, unit_divisor=1000) as bar:
+        for sentences in documents:
+            data = "".join(s + "\n" for s in sentences).encode("utf-8", "replace")
+            split.corpus_bytes += len(data)
+            split.corpus_documents += 1
+            bar.update(len(data))
+            digest = hashlib.blake2b(data, digest_size=16).digest()
+            if int.from_bytes(digest[:8], "little") < heldout_cut:
+                split.heldout_documents += 1
+                if heldout_bytes < config.heldout_max_bytes:
+                    heldout.write(data)
+                    heldout_bytes += len(data)
+            elif sampler is not None:
+                sampler.add(data, int.from_bytes(digest[8:], "little"))
+            else:
+                train.write(data)
+                split.train_bytes += len(data)
+                split.train_documents += 1
+    if sampler is not None:
+        split.train_path, split.train_bytes, split.train_documents = sampler.finish()
+    if split.corpus_bytes == 0:
+        raise BertprepError("the corpus is empty: no documents to train on")
+    if split.train_bytes == 0:
+        # A tiny corpus whose every document hashed into the held-out slice.
+        split.train_path, split.train_bytes = heldout_path, heldout_bytes
+        split.train_documents, split.heldout_documents = split.heldout_documents, 0
+        split.measured_on = "training"
+        split.warnings.append("every document fell in the held-out slice: trained on all of them, "
+                              "so the [UNK] rate is measured on training text")
+    elif heldout_bytes == 0:
+        split.measure_path, split.measured_on = split.train_path, "training"
+        split.warnings.append("no document fell in the held-out slice (corpus too small): "
+                              "the [UNK] rate is measured on training text")
+    return split
+
+
+class _BottomSample:
+    """The documents with the smallest priorities (content hashes) that fit a byte budget.
+
+    Candidates go to a file; when it holds twice the budget it is compacted to the
+    budget and the priority threshold drops, so later documents above it are skipped.
+    Thresholds only fall, so nothing skipped could be in the final sample: the result is
+    the same set whatever the order and the compaction points.
+    """
+
+    def __init__(self, path: pathlib.Path, budget: int):
+        self.path, self.budget = path, budget
+        self.threshold = _HASH_SPACE
+        self.entries: list[tuple[int, int]] = []  # (priority, size) in file order
+        self.bytes = 0
+        self.file = open(path, "wb")
+
+    def add(self, data: bytes, priority: int) -> None:
+        if priority >= self.threshold:
+            return
+        self.file.write(data)
+        self.entries.append((priority, len(data)))
+        self.bytes += len(data)
+        if self.bytes > 2 * self.budget:
+            self._compact()
+
+    def finish(self) -> tuple[pathlib.Path, int, int]:
+        self._compact()
+        self.file.close()
+        return self.path, self.bytes, len(self.entries)
+
+    def _cutoff(self) -> int:
+        total = 0
+        for i, (priority, size) in enumerate(sorted(self.entries)):
+            if total + size > self.budget and i > 0:  # the first document always fits
+                return priority
+            total += size
+        return self.threshold
+
+    def _compact(self) -> None:
+        self.threshold = min(self.threshold, self._cutoff())
+        self.file.close()
+        kept_path = self.path.with_suffix(".kept")
+        kept, kept_bytes = [], 0
+        with open(self.path, "rb") as source, open(kept_path, "wb") as target:
+            for priority, size in self.entries:
+                data = source.read(size)
+                if priority < self.threshold:
+                    target.write(data)
+                    kept.append((priority, size))
+                    kept_bytes += size
+        os.replace(kept_path, self.path)
+        self.entries, self.bytes = kept, kept_bytes
+        self.file = open(self.path, "ab")
+
+
+# ---------------------------------------------------------------- alphabet
+
+
+def _normalizer(lowercase: bool) -> normalizers.BertNormalizer:
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                      strip_accents=lowercase, lowercase=lowercase)
+
+
+def _normalized_char_counts(path: pathlib.Path, normalizer, pre_tokenizer) -> dict[str, int]:
+    """How often each character occurs inside words of the normalized training text.
+
+    BertNormalizer and BertPreTokenizer act on each character alone (NFD, per-char
+    lower-casing, dropping controls, spacing CJK), so we count raw code points with numpy
+    and push each distinct character through the pipeline once.
+    """
+    raw = np.zeros(0x110000, dtype=np.int64)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        while chunk := handle.read(1 << 22):
+            raw += np.bincount(np.frombuffer(chunk.encode("utf-32-le"), dtype=np.uint32), minlength=0x110000)
+    counts: collections.Counter[str] = collections.Counter()
+    for code_point in np.flatnonzero(raw).tolist():
+        normalized = normalizer.normalize_str(chr(code_point))
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalized):
+            for ch in word:
+                counts[ch] += int(raw[code_point])
+    return dict(counts)
+
+
+def _choose_alphabet(counts: dict[str, int], limit: int) -> tuple[list[str], int]:
+    """The `limit` most frequent characters (ties: lower code point), by code point."""
+    ranked = sorted(counts, key=lambda ch: (-counts[ch], ord(ch)))
+    return sorted(ranked[:limit]), max(len(ranked) - limit, 0)
+
+
+def _can_continue_word(ch: str, normalizer, pre_tokenizer) -> bool:
+    """Whether `ch` can follow a letter inside one word (so "##ch" can ever be used)."""
+    words = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str("a" + ch))
+    return len(words) == 1
+
+
+def _fit_alphabet(alphabet, continuing, counts, config: TokenizerTrainingConfig):
+    """Drop the rarest characters until specials + alphabet + ## forms fit vocab_size."""
+    room = config.vocab_size - len(config.initial_specials())
+    continuing_set = set(continuing)
+    ranked = sorted(alphabet, key=lambda ch: (-counts[ch], ord(ch)))
+    size = len(alphabet) + len(continuing)
+    dropped = 0
+    while size > room:
+        ch = ranked.pop()
+        size -= 2 if ch in continuing_set else 1
+        dropped += 1
+    kept = set(ranked)
+    return [ch for ch in alphabet if ch in kept], [ch for ch in continuing if ch in kept], dropped
+
+
+# ---------------------------------------------------------------- training and measuring
+
+
+def _run_trainer(train_path, config, alphabet, continuing, normalizer, pre_tokenizer, progress) -> list[str]:
+    specials = config.initial_specials()
+    initial = [*specials, *alphabet, *("##" + ch for ch in continuing)]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##",
+                                           max_input_chars_per_word=config.max_chars_per_word))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
+    trainer = trainers.WordPieceTrainer(
+        # The trainer's bars go to stderr but its line ends to stdout: only on a terminal.
+        vocab_size=config.vocab_size, min_frequency=config.min_frequency,
+        show_progress=progress and sys.stderr.isatty(),
+        special_tokens=initial, limit_alphabet=0, continuing_subword_prefix="##",
+    )
+    tokenizer.train([str(train_path)], trainer)
+    token_to_id = tokenizer.get_vocab(with_added_tokens=False)
+    vocab = sorted(token_to_id, key=token_to_id.__getitem__)
+    if vocab[:len(initial)] != initial or [token_to_id[t] for t in vocab] != list(range(len(vocab))):
+        raise RuntimeError("WordPieceTrainer did not keep the initial tokens in order; "
+                           "this tokenizers version breaks the determinism recipe")
+    # Merges only append, so the tail is the last merges: trim it if the trainer overshoots.
+    return vocab[:config.vocab_size]
+
+
+def _measure(loaded, path: pathlib.Path, batch_lines: int = 4096) -> tuple[float | None, float | None, int]:
+    """([UNK] tokens / tokens, tokens / word, words) over the lines of `path`."""
+    unk, tokens, words = loaded.special.unk, 0, 0
+    unk_tokens = 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines = [line.rstrip("\n") for line in handle]
+    for start in range(0, len(lines), batch_lines):
+        for encoding in loaded.tokenizer.encode_batch(lines[start:start + batch_lines], add_special_tokens=False):
+            ids = encoding.ids
+            tokens += len(ids)
+            unk_tokens += ids.count(unk)
+            word_ids = encoding.word_ids
+            words += len(set(word_ids))
+    if not tokens:
+        return None, None, 0
+    return unk_tokens / tokens, tokens / max(words, 1), words
