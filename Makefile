@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine (Python 3.10+ and the package
+# registries are all they need):
+#   make demo   tokenizer -> shards -> a short CPU pretraining run on a built-in corpus
+#   make test   the test suite
+PYTHON ?= python3
+VENV ?= .venv
+# A CPU-only torch keeps the install small; set TORCH= to keep whatever torch the
+# environment resolves (e.g. your CUDA build), or TORCH=torch==X.Y.Z for another.
+TORCH ?= torch==2.13.0
+DEMO_OUT ?= demo-output
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@if [ -n "$(TORCH)" ] && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
+		echo "Installing $(TORCH)"; $(BIN)/python -m pip install --quiet "$(TORCH)"; fi
+	$(BIN)/python -m pip install --quiet -e ".[fast,test]"
+	@touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/bertmodel demo --out $(DEMO_OUT)
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench_train_tokenizer.py
+	$(BIN)/python benchmarks/bench_build_shards.py
+	$(BIN)/python benchmarks/bench_train_step.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .hypothesis
