@@ -25,13 +25,12 @@ memory. What a document is:
 Limits, so memory is bounded whatever the input: a line longer than
 `readers.MAX_LINE_CHARS` (1M characters) is cut into pieces (counted in
 `ReadStats.long_lines`); a document is closed once it reaches `MAX_DOCUMENT_CHARS`
-(10M characters, several books; counted in `ReadStats.long_documents`) and the rest
-continues as a new document.
+(10M characters, several books) or `MAX_DOCUMENT_SENTENCES` (100,000) and the rest
+continues as a new document (counted in `ReadStats.long_documents`).
 """
 from __future__ import annotations
 
 import glob
-import hashlib
 import html
 import os
 import re
@@ -47,6 +46,7 @@ from bertprep.sentences import split_sentences
 SENTENCE_MODES = ("lines", "split")
 DEFAULT_SPLIT = "train"
 MAX_DOCUMENT_CHARS = 10_000_000
+MAX_DOCUMENT_SENTENCES = 100_000  # bounds memory when sentences are tiny
 # What a directory walk picks up (also compressed): WikiExtractor names its files
 # wiki_00 (no suffix) and WikiText wiki.train.raw / .tokens.
 TEXT_SUFFIXES = {"", ".txt", ".text", ".raw", ".tokens"}
@@ -54,6 +54,7 @@ DIRECTORY_SUFFIXES = TEXT_SUFFIXES | readers.JSONL_SUFFIXES | readers.PARQUET_SU
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
+_JUNK = str.maketrans("", "", "\ufffd\x00")
 _WIKITEXT_HEADING = re.compile(r"((?:= )+)\S.*?((?: =)+)")
 
 
@@ -91,7 +92,7 @@ class ReadStats:
     invalid_bytes: int = 0  # undecodable byte sequences replaced with U+FFFD
     files_with_invalid: list[str] = field(default_factory=list)
     long_lines: int = 0  # lines over readers.MAX_LINE_CHARS, cut into pieces
-    long_documents: int = 0  # documents over MAX_DOCUMENT_CHARS, cut into several
+    long_documents: int = 0  # documents over MAX_DOCUMENT_CHARS or _SENTENCES, cut into several
 
     def add(self, path: str, counts: FileCounts) -> None:
         self.files += 1
@@ -113,7 +114,7 @@ class ReadStats:
         if self.long_lines:
             text += f"; {self.long_lines:,} lines over {readers.MAX_LINE_CHARS:,} characters cut"
         if self.long_documents:
-            text += f"; {self.long_documents:,} documents over {MAX_DOCUMENT_CHARS:,} characters cut"
+            text += f"; {self.long_documents:,} over-long documents cut"
         return text
 
 
@@ -165,6 +166,9 @@ def _expand(path: Path) -> list[Path]:
     files = []
     for root, dirs, names in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
+        datasets = [d for d in dirs if readers.is_dataset_dir(Path(root, d))]
+        files.extend(Path(root, d) for d in datasets)  # a saved dataset is one input
+        dirs[:] = [d for d in dirs if d not in datasets]
         for name in names:
             candidate = Path(root, name)
             if not name.startswith(".") and _looks_like_corpus_file(candidate):
@@ -250,11 +254,15 @@ class _DocumentBuilder:
 
     def add_line(self, line: str) -> Iterator[list[str]]:
         """Add one stripped, non-empty line; yields a document if it grew too long."""
-        for piece in readers.cut_long_line(line, self.counts) if len(line) > readers.MAX_LINE_CHARS else (line,):
+        if ("\ufffd" in line or "\x00" in line) and not line.translate(_JUNK).strip():
+            return  # only undecodable bytes: tokenizes to nothing, so no sentence, no boundary
+        for piece in readers.cut_long_line(line, self.counts):
             for sentence in split_sentences(piece) if self.split else (piece.strip(),):
+                if not sentence:  # a cut piece can be all whitespace
+                    continue
                 self.sentences.append(sentence)
                 self.chars += len(sentence)
-                if self.chars >= MAX_DOCUMENT_CHARS:
+                if self.chars >= MAX_DOCUMENT_CHARS or len(self.sentences) >= MAX_DOCUMENT_SENTENCES:
                     self.stats.long_documents += 1
                     yield from self.close()
 
@@ -340,20 +348,7 @@ def input_fingerprints(spec: CorpusSpec) -> list[dict]:
             info = readers.dataset_fingerprint(path, None, spec.split_name)
             fingerprints.append({"path": describe_path(path), **info})
         else:
-            fingerprints.append({"path": describe_path(path), **_file_hash(path)})
+            fingerprints.append({"path": describe_path(path), **readers.hash_files([path])})
     if spec.dataset:
         fingerprints.append(readers.dataset_fingerprint(spec.dataset, spec.dataset_config, spec.split_name))
     return fingerprints
-
-
-def _file_hash(path: Path) -> dict:
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with open(path, "rb") as stream:
-            while chunk := stream.read(readers.CHUNK_BYTES):
-                digest.update(chunk)
-                size += len(chunk)
-    except OSError as exc:
-        raise BertprepError(f"{describe_path(path)}: cannot read: {exc.strerror or exc}") from None
-    return {"bytes": size, "sha256": digest.hexdigest()}

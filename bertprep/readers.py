@@ -13,6 +13,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import gzip
+import hashlib
 import json
 import lzma
 import zlib
@@ -187,10 +188,16 @@ def iter_text(path: Path, counts: FileCounts) -> Iterator[str]:
         yield text
 
 
-def _cut_point(line: str, limit: int) -> int:
-    """Where to cut an over-long line: the last whitespace in the second half, else limit."""
-    space = max(line.rfind(" ", limit // 2, limit), line.rfind("\t", limit // 2, limit))
-    return space + 1 if space > 0 else limit
+def _cut(line: str, limit: int) -> tuple[list[str], str]:
+    """(pieces of at most limit characters, the rest, at most limit characters). A cut
+    goes after the last whitespace in the second half of a piece, else at the limit."""
+    pieces = []
+    while len(line) > limit:
+        space = max(line.rfind(" ", limit // 2, limit), line.rfind("\t", limit // 2, limit))
+        at = space + 1 if space > 0 else limit
+        pieces.append(line[:at])
+        line = line[at:]
+    return pieces, line
 
 
 class LineTooLong(Exception):
@@ -198,48 +205,47 @@ class LineTooLong(Exception):
         self.line_number = line_number
 
 
-def iter_lines(
-    path: Path, counts: FileCounts, max_chars: int = MAX_LINE_CHARS, cut: bool = True
-) -> Iterator[str]:
-    """The lines of a text file, without their newline; memory bounded by max_chars.
-
-    A longer line is cut into pieces (cut=True) or raises LineTooLong (cut=False).
+def iter_lines(path: Path, counts: FileCounts, max_chars: int | None = None, cut: bool = True) -> Iterator[str]:
+    """The lines of a text file, without their newline, each at most max_chars (default
+    MAX_LINE_CHARS) long: a longer line is cut into pieces and counted once in
+    counts.long_lines (cut=True), or raises LineTooLong (cut=False). Memory stays
+    bounded by the chunk size and max_chars, newlines or not.
     """
-    carry = ""
-    line_number = 0  # lines finished so far
-    cutting = False  # inside a line that was already cut
+    max_chars = max_chars or MAX_LINE_CHARS
+    carry = ""  # the unfinished last line, at most max_chars long
+    carry_was_cut = False  # pieces of the unfinished line were already yielded
+    line_number = 0
     for text in iter_text(path, counts):
         lines = (carry + text).split("\n") if carry else text.split("\n")
         carry = lines.pop()
-        line_number += len(lines)
-        if lines:
-            cutting = False
-        yield from lines
-        while len(carry) > max_chars:
+        for line in lines:
+            line_number += 1
+            if len(line) > max_chars:
+                if not cut:
+                    raise LineTooLong(line_number)
+                counts.long_lines += not carry_was_cut
+                pieces, line = _cut(line, max_chars)
+                yield from pieces
+            carry_was_cut = False
+            yield line
+        if len(carry) > max_chars:
             if not cut:
                 raise LineTooLong(line_number + 1)
-            if not cutting:
-                counts.long_lines += 1
-                cutting = True
-            at = _cut_point(carry, max_chars)
-            yield carry[:at]
-            carry = carry[at:]
+            counts.long_lines += not carry_was_cut
+            carry_was_cut = True
+            pieces, carry = _cut(carry, max_chars)
+            yield from pieces
     if carry:
         yield carry
 
 
-def cut_long_line(line: str, counts: FileCounts, max_chars: int = MAX_LINE_CHARS) -> list[str]:
-    """A line from a record (JSONL, Parquet, dataset) cut like iter_lines cuts."""
-    if len(line) <= max_chars:
+def cut_long_line(line: str, counts: FileCounts) -> list[str]:
+    """[line], or its pieces if longer than MAX_LINE_CHARS (cut as iter_lines cuts)."""
+    if len(line) <= MAX_LINE_CHARS:
         return [line]
     counts.long_lines += 1
-    pieces = []
-    while len(line) > max_chars:
-        at = _cut_point(line, max_chars)
-        pieces.append(line[:at])
-        line = line[at:]
-    pieces.append(line)
-    return pieces
+    pieces, rest = _cut(line, MAX_LINE_CHARS)
+    return [*pieces, rest]
 
 
 def _field_error(where: str, field: str | None, available) -> BertprepError:
@@ -371,15 +377,39 @@ def iter_dataset_texts(
 
 
 def dataset_fingerprint(name_or_dir: str | Path, config: str | None, split: str) -> dict:
-    """What identifies a dataset input in a build manifest."""
-    dataset = load_dataset_split(name_or_dir, config, split)
+    """What identifies a dataset input in a build manifest. A saved directory: the
+    fingerprint `datasets` wrote in state.json plus the size and sha256 of its Arrow
+    files (the content, wherever the directory lives); a dataset by name: its builder's
+    name, config and version."""
     info = {"dataset": str(name_or_dir), "config": config, "split": split}
-    fingerprint = getattr(dataset, "_fingerprint", None)
-    if fingerprint is None:  # a streamed dataset: the builder's identity is what we have
-        version = getattr(dataset.info, "version", None)
-        fingerprint = f"{dataset.info.dataset_name}/{dataset.info.config_name}@{version}"
-    info["fingerprint"] = fingerprint
-    rows = getattr(dataset, "num_rows", None)
-    if rows is not None:
-        info["rows"] = rows
-    return info
+    path = Path(name_or_dir)
+    if is_dataset_dir(path):
+        directory = path
+        if (path / "dataset_dict.json").is_file():
+            load_dataset_split(path, config, split)  # the same errors as reading it
+            directory = path / split
+        try:
+            state = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+            files = [directory / entry["filename"] for entry in state["_data_files"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BertprepError(f"{_dataset_name(path)}: unreadable state.json ({_one_line(exc)})") from None
+        return {**info, "fingerprint": state.get("_fingerprint"), **hash_files(files)}
+    dataset = load_dataset_split(name_or_dir, config, split)
+    version = getattr(dataset.info, "version", None)
+    fingerprint = getattr(dataset, "_fingerprint", None)  # None when streamed
+    return {**info, "fingerprint": fingerprint or f"{dataset.info.dataset_name}/{dataset.info.config_name}@{version}"}
+
+
+def hash_files(paths: list[Path]) -> dict:
+    """{"bytes", "sha256"} of the files' bytes as stored, concatenated."""
+    digest = hashlib.sha256()
+    size = 0
+    for path in paths:
+        try:
+            with open(path, "rb") as stream:
+                while chunk := stream.read(CHUNK_BYTES):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            raise BertprepError(f"{describe_path(path)}: cannot read: {exc.strerror or exc}") from None
+    return {"bytes": size, "sha256": digest.hexdigest()}
