@@ -178,19 +178,19 @@ def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets
         for dupe in range(ctx.dupe_factor):
             pairs = saved[f"pass_{dupe}"]
             rng = np.random.default_rng(stream_seed(ctx.seed, "mask", index, dupe))
-            rows = build_rows(part.ids, pairs, tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
-            masked = apply_masking(rows, ctx.masking, vocab, rng)
-            _add_stats(stats, rows, masked)
-            batch = _record_batch(rows, masked, tok.vocab_size)
             # Deal rows to shards: the k-th row of a random order goes to shard
-            # (global offset + k) mod num_shards.
+            # (global offset + k) mod num_shards. Ordering the descriptors by shard
+            # before building rows makes each shard's rows one contiguous slice.
             dealt = np.empty(len(pairs), dtype=np.int64)
             dealt[rng.permutation(len(pairs))] = (pass_offsets[dupe] + np.arange(len(pairs))) % num_shards
             order = np.argsort(dealt, kind="stable")
-            sorted_batch = batch.take(pa.array(order))
             bounds = np.searchsorted(dealt[order], np.arange(num_shards + 1))
+            rows = build_rows(part.ids, pairs[order], tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
+            masked = apply_masking(rows, ctx.masking, vocab, rng)
+            _add_stats(stats, rows, masked)
+            batch = _record_batch(rows, masked, tok.vocab_size)
             for s in range(num_shards):
-                per_shard[s].append(sorted_batch.slice(bounds[s], bounds[s + 1] - bounds[s]))
+                per_shard[s].append(batch.slice(bounds[s], bounds[s + 1] - bounds[s]))
     # One record batch per shard (all passes together), so shard s reads batch s.
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, schema.shard_schema(tok.vocab_size)) as writer:

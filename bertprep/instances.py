@@ -79,6 +79,12 @@ def truncated_lengths(a_len: int, b_len: int, max_num_tokens: int) -> tuple[int,
     return a_len - excess // 2, b_len - (excess + 1) // 2
 
 
+def _uniform_int(rng: random.Random, low: int, high: int) -> int:
+    """Uniform in [low, high] from one `random()` call: 3x cheaper than `randint`, with
+    a bias below 2**-40 for any range a document can have."""
+    return low + int(rng.random() * (high - low + 1))
+
+
 def _front_cut(rng: random.Random, removed: int) -> int:
     """How many of `removed` tokens come off the front: Binomial(removed, 1/2), the
     distribution of the reference's per-token coin flip."""
@@ -106,21 +112,21 @@ def build_pairs(part: TokenizedPartition, config: PairConfig, rng: random.Random
 def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out) -> None:
     first, end = do[d], do[d + 1]  # sentence range of this document
     # The target length is drawn once per document per pass, as in the reference.
-    target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+    target = _uniform_int(rng, 2, max_tokens) if rng.random() < short_seq_prob else max_tokens
     i = first
     while i < end:
         # The chunk is sentences i..j: it stops at the first sentence that brings it to
         # the target, or at the end of the document.
         j = min(bisect_left(so, so[i] + target, i + 1, end + 1), end) - 1
         chunk_len = j - i + 1
-        a_end = rng.randint(1, chunk_len - 1) if chunk_len >= 2 else 1
+        a_end = _uniform_int(rng, 1, chunk_len - 1) if chunk_len >= 2 else 1
         a_start, a_stop = so[i], so[i + a_end]
         if chunk_len == 1 or rng.random() < 0.5:
             is_random = 1
-            other = rng.randrange(num_docs - 1)
+            other = _uniform_int(rng, 0, num_docs - 2)
             other += other >= d  # uniform over the *other* documents
             o_first, o_end = do[other], do[other + 1]
-            b_first = rng.randint(o_first, o_end - 1)
+            b_first = _uniform_int(rng, o_first, o_end - 1)
             # Sentences join B until it reaches the remaining target or the document
             # ends; the check follows each append, so B gets at least one sentence.
             b_target = target - (a_stop - a_start)
