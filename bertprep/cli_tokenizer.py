@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import click
 
@@ -97,7 +98,7 @@ def encode_command(tokenizer_path, texts, ids, special, lowercase):
       cat corpus.txt | bertprep encode --tokenizer vocab.txt --ids
     """
     tok = load_tokenizer(tokenizer_path, lowercase=lowercase)
-    lines = iter(texts) if texts else (line.rstrip("\r\n") for line in click.get_text_stream("stdin"))
+    lines = iter(texts) if texts else (line.rstrip("\r\n") for line in sys.stdin)
     while batch := list(itertools.islice(lines, ENCODE_BATCH_LINES)):
         for encoding in tok.tokenizer.encode_batch(batch, add_special_tokens=special):
             click.echo(" ".join(map(str, encoding.ids)) if ids else " ".join(encoding.tokens))

@@ -248,8 +248,9 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
                               "so the [UNK] rate is measured on training text")
     elif heldout_bytes == 0:
         split.measure_path, split.measured_on = split.train_path, "training"
-        split.warnings.append("no document fell in the held-out slice (corpus too small): "
-                              "the [UNK] rate is measured on training text")
+        if config.heldout_fraction > 0:
+            split.warnings.append("no document fell in the held-out slice (corpus too small): "
+                                  "the [UNK] rate is measured on training text")
     return split
 
 
