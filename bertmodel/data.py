@@ -18,6 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -150,20 +151,19 @@ class SampleOrder:
         return self.take(cursor, batch_size * world)[rank::world]
 
 
-def to_tensors(batch: dict[str, np.ndarray], device: torch.device, pin: bool = False) -> dict:
-    out = {}
-    for k, v in batch.items():
-        t = torch.from_numpy(v)
-        if pin:
-            t = t.pin_memory()
-        out[k] = t.to(device, non_blocking=pin)
-    return out
+@dataclass
+class Batch:
+    tensors: dict[str, torch.Tensor]  # the model's keyword arguments, on the device
+    cursor: int  # global samples consumed once this batch is done (what a checkpoint stores)
+    tokens: int  # real (non-padding) tokens in this rank's batch
+    shape: tuple[int, int, int]  # (B, T, P)
 
 
 class BatchLoader:
     """Micro-batches for one rank from `cursor` on, forever, collated on a background
-    thread (numpy releases the GIL for the big copies). Yields (batch, next_cursor) with
-    the batch already on `device`; the caller checkpoints next_cursor."""
+    thread (numpy releases the GIL for the big copies) and pinned for a non-blocking
+    copy on CUDA. Sample order does not depend on the thread: batch k is always global
+    samples cursor + k*B*world ... (see SampleOrder)."""
 
     def __init__(self, dataset: ShardDataset, order: SampleOrder, batch_size: int, cursor: int,
                  rank: int = 0, world: int = 1, device: torch.device | str = "cpu",
@@ -181,11 +181,14 @@ class BatchLoader:
         try:
             while not self._stop.is_set():
                 rows = self.order.rank_rows(cursor, self.batch_size, self.rank, self.world)
-                batch = self.dataset.collate(rows, self.max_len)
+                arrays = self.dataset.collate(rows, self.max_len)
                 cursor += self.batch_size * self.world
-                item = ({k: torch.from_numpy(v) for k, v in batch.items()}, cursor)
+                tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
                 if self.pin:
-                    item = ({k: v.pin_memory() for k, v in item[0].items()}, cursor)
+                    tensors = {k: v.pin_memory() for k, v in tensors.items()}
+                B, T = arrays["input_ids"].shape
+                item = Batch(tensors, cursor, int(arrays["attention_mask"].sum()),
+                             (B, T, arrays["masked_lm_positions"].shape[1]))
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)
@@ -193,16 +196,17 @@ class BatchLoader:
                     except queue.Full:
                         continue
         except BaseException as exc:  # handed to the consumer, raised there
-            self._queue.put((exc, None))
+            self._queue.put(exc)
 
-    def __iter__(self) -> Iterator[tuple[dict, int]]:
+    def __iter__(self) -> Iterator[Batch]:
         return self
 
-    def __next__(self) -> tuple[dict, int]:
-        batch, cursor = self._queue.get()
-        if isinstance(batch, BaseException):
-            raise batch
-        return {k: v.to(self.device, non_blocking=self.pin) for k, v in batch.items()}, cursor
+    def __next__(self) -> Batch:
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        item.tensors = {k: v.to(self.device, non_blocking=self.pin) for k, v in item.tensors.items()}
+        return item
 
     def close(self) -> None:
         self._stop.set()

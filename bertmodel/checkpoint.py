@@ -1,0 +1,164 @@
+"""Checkpoints: RUN/checkpoints/step-N/, written atomically, pruned to the last K.
+
+A checkpoint is a plain dict saved with `torch.save` (and loaded with weights_only=True):
+  model      state dict of the unwrapped module (transformers' names, no _orig_mod. or
+             module. prefix; the tied decoder entries share storage with the embeddings)
+  optimizer  optimizer.state_dict()
+  scheduler  {"step": N} (the schedule is a pure function of the step, see optim.py)
+  rng        python / numpy / torch / cuda generator states
+  data       {"cursor": global samples consumed, "seed": data order seed}
+  config     BertConfig.to_dict();  train  the TrainConfig as a dict;  step  N
+plus tokenizer/ (the shards' tokenizer files, so a checkpoint is self-contained) and
+meta.json (step and the size of state.pt), written last.
+
+Writing: everything goes to checkpoints/.tmp-step-N-PID/, which is renamed to step-N/
+when complete. Loading considers only step-N/ directories whose meta.json exists and
+whose state.pt has the recorded size, so a checkpoint cut short by a crash (or a
+leftover .tmp directory) is never loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertmodel.errors import BertmodelError
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+STATE_FILE = "state.pt"
+META_FILE = "meta.json"
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "python": random.getstate(),
+        "numpy": {"bit_generator": np_state["bit_generator"], "key": torch.from_numpy(np_state["state"]["key"].copy()),
+                  "pos": int(np_state["state"]["pos"]), "has_gauss": int(np_state["has_gauss"]),
+                  "gauss": float(np_state["gauss"])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state({"bit_generator": n["bit_generator"], "state": {"key": n["key"].numpy(), "pos": n["pos"]},
+                         "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = state["cuda"]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:  # another machine shape: at least restore this process's device
+            torch.cuda.set_rng_state(cuda[torch.cuda.current_device() % len(cuda)])
+
+
+def unwrap_state_dict(state_dict: dict) -> dict:
+    """Strip the prefixes torch.compile (_orig_mod.) and DDP (module.) add."""
+    out = {}
+    for k, v in state_dict.items():
+        while k.startswith(("_orig_mod.", "module.")):
+            k = k.split(".", 1)[1]
+        out[k] = v
+    return out
+
+
+def list_checkpoints(run_dir) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    found = []
+    if not root.is_dir():
+        return found
+    for d in root.iterdir():
+        m = STEP_DIR.match(d.name)
+        if not m or not d.is_dir():
+            continue
+        if not is_complete(d):
+            warnings.warn(f"{d} is incomplete (no meta.json or a short state.pt); ignoring it", stacklevel=2)
+            continue
+        found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def is_complete(ckpt_dir: Path) -> bool:
+    try:
+        meta = json.loads((ckpt_dir / META_FILE).read_text())
+        return (ckpt_dir / STATE_FILE).stat().st_size == meta["state_bytes"]
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def latest_checkpoint(run_dir) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def save_checkpoint(run_dir, state: dict, tokenizer_files: dict[str, Path] | None = None,
+                    keep_last: int | None = None) -> Path:
+    """Write RUN/checkpoints/step-{state['step']}/ atomically; prune to the last keep_last."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    step = int(state["step"])
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(state, tmp / STATE_FILE)
+    if tokenizer_files:
+        (tmp / "tokenizer").mkdir()
+        for name, path in tokenizer_files.items():
+            shutil.copyfile(path, tmp / "tokenizer" / name)
+    _fsync(tmp / STATE_FILE)
+    meta = {"step": step, "state_bytes": (tmp / STATE_FILE).stat().st_size,
+            "cursor": state.get("data", {}).get("cursor")}
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+    if final.exists():  # the same step saved again (e.g. SIGTERM right after a scheduled save)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    if keep_last:
+        for _, old in list_checkpoints(run_dir)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-step-*"):  # leftovers of killed runs of this RUN dir
+        if stale != tmp and not _pid_alive(stale.name.rsplit("-", 1)[-1]):
+            shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(ckpt_dir) -> dict:
+    ckpt_dir = Path(ckpt_dir)
+    if not is_complete(ckpt_dir):
+        raise BertmodelError(f"{ckpt_dir}: not a complete checkpoint (no meta.json or a short {STATE_FILE})")
+    try:
+        state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a corrupt file to the user
+        raise BertmodelError(f"{ckpt_dir / STATE_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
+    state["model"] = unwrap_state_dict(state["model"])
+    return state
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _pid_alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True

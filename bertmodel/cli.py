@@ -1,0 +1,173 @@
+"""The `bertmodel` command line: pretrain, export-hf, fill-mask. A thin layer over the
+library: parse options, build a config, call one function, print a summary. Library
+errors (`BertmodelError`) become one-line `click.ClickException`s here."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import click
+
+from bertmodel import __version__
+from bertmodel.config import PRESETS
+from bertmodel.errors import BertmodelError
+from bertmodel.train import TrainConfig
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+DIR = click.Path(file_okay=False)
+EXISTING = click.Path(exists=True)
+
+
+def user_errors(fn):
+    """Turn library errors into one-line CLI errors (exit 1, no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BertmodelError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="bertmodel")
+def main():
+    """Pre-train BERT (masked LM + next sentence prediction) on bertprep shards and
+    export checkpoints that transformers loads as BertForPreTraining.
+
+    \b
+    Example:
+      bertmodel pretrain --data shards/ --out run/ --preset mini --max-steps 1000
+      bertmodel fill-mask run/ "The capital of France is [MASK]."
+    """
+
+
+def _opt(name: str, **kwargs):
+    """An option whose default comes from TrainConfig (defaults are defined once)."""
+    field = name.lstrip("-").replace("-", "_")
+    if field in _DEFAULTS and "default" not in kwargs and not kwargs.get("is_flag"):
+        kwargs["default"] = _DEFAULTS[field]
+        kwargs.setdefault("show_default", True)
+    return click.option(name, **kwargs)
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--data", "data", multiple=True, required=True, type=click.Path(exists=True, file_okay=False),
+              help="Shard directory from `bertprep build-shards` (repeat to train on several).")
+@click.option("--out", required=True, type=DIR, help="Run directory; rerunning the same command resumes there.")
+@_opt("--preset", type=click.Choice(list(PRESETS)), help="Model size (layers/hidden/heads): "
+      + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c) in PRESETS.items()) + ".")
+@_opt("--layers", type=click.IntRange(min=1), help="Override the preset's number of layers.")
+@_opt("--hidden", type=click.IntRange(min=1), help="Override the hidden size (intermediate follows as 4H).")
+@_opt("--heads", type=click.IntRange(min=1), help="Override the number of attention heads.")
+@_opt("--intermediate", type=click.IntRange(min=1), help="Override the feed-forward width.")
+@_opt("--batch-size", type=click.IntRange(min=1), help="Micro-batch per device.")
+@_opt("--grad-accum", type=click.IntRange(min=1), help="Micro-batches per optimizer step.")
+@_opt("--lr", type=click.FloatRange(min=0, min_open=True), help="Peak learning rate.")
+@_opt("--warmup-steps", type=click.IntRange(min=0), help="Warmup steps (default: --warmup-ratio x --max-steps).")
+@_opt("--warmup-ratio", type=click.FloatRange(0, 1), help="Warmup as a fraction of --max-steps.")
+@_opt("--max-steps", type=click.IntRange(min=1), help="Optimizer steps in the whole run (sets the schedule).")
+@_opt("--schedule", type=click.Choice(["linear", "poly"]), help="Decay after warmup: linear to 0, or poly "
+      "(power 0.5, NVIDIA's BERT recipe).")
+@_opt("--optimizer", type=click.Choice(["adamw", "lamb"]), help="AdamW (fused where available) or LAMB.")
+@_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm).")
+@_opt("--clip-grad", type=click.FloatRange(min=0), help="Clip the global gradient norm (0: off).")
+@_opt("--seed", type=int, help="Seed of the initial weights, dropout and data order.")
+@_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
+@_opt("--precision", type=click.Choice(["bf16", "fp32"]), help="Default: bf16 autocast on CUDA, fp32 on CPU.")
+@click.option("--compile/--no-compile", default=False, show_default=True, help="torch.compile the model.")
+@_opt("--save-every", type=click.IntRange(min=1), help="Checkpoint (and refresh RUN/hf/) every N steps.")
+@_opt("--keep-last", type=click.IntRange(min=1), help="Checkpoints to keep.")
+@click.option("--eval-data", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Shard directory to evaluate MLM/NSP accuracy on (repeatable).")
+@_opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: at the end only).")
+@_opt("--eval-batches", type=click.IntRange(min=1), help="Batches per evaluation.")
+@_opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps.")
+@_opt("--init-from", type=EXISTING, help="Start from an HF BertForPreTraining dir or our run/checkpoint "
+      "(its tokenizer must be the shards').")
+@_opt("--max-bad-steps", type=click.IntRange(min=1), help="Stop after N non-finite steps in a row.")
+@_opt("--stop-at", type=click.IntRange(min=1), help="Save and stop at this step; the schedule still "
+      "runs to --max-steps (rerun to continue).")
+@_opt("--verify", type=click.Choice(["sha256", "size"]), help="Shard check before training: sha256 of every "
+      "file (split across ranks) or sizes only.")
+@_opt("--tokenizer", type=EXISTING, help="vocab.txt or tokenizer dir, for shard dirs that carry none.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@user_errors
+def pretrain(**options):
+    """Pre-train BERT on shard directories; rerun the same command to resume.
+
+    Runs on one device, or on many with torchrun (DDP). Writes RUN/checkpoints/step-N/,
+    RUN/hf/ (a transformers BertForPreTraining dir) and RUN/metrics.jsonl.
+
+    \b
+    Example:
+      bertmodel pretrain --data shards/ --out run/ --preset base --batch-size 256 --lr 1e-4 --max-steps 100000
+      torchrun --nproc-per-node 8 -m bertmodel.cli pretrain --data shards/ --out run/ --optimizer lamb
+    """
+    from bertmodel.train import train
+
+    options["data"] = list(options["data"])
+    options["eval_data"] = list(options["eval_data"])
+    last = train(TrainConfig(**options))
+    summary = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items()
+                        if k in ("step", "loss", "mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc"))
+    click.echo(f"{options['out']}: {summary}")
+
+
+@main.command("export-hf", context_settings=CONTEXT_SETTINGS)
+@click.argument("checkpoint", type=EXISTING)
+@click.argument("out_dir", type=DIR)
+@click.option("--tokenizer", type=EXISTING, help="vocab.txt or tokenizer dir when the checkpoint carries none.")
+@user_errors
+def export_hf_command(checkpoint, out_dir, tokenizer):
+    """Write a transformers BertForPreTraining directory (config.json, model.safetensors,
+    tokenizer files) from a run dir (latest checkpoint), a checkpoint dir or an HF dir.
+
+    \b
+    Example:
+      bertmodel export-hf run/checkpoints/step-10000 bert-mini/
+    """
+    from pathlib import Path
+
+    from bertmodel.export import export_hf, load_pretrained
+    from bertmodel.shards import tokenizer_info
+
+    pre = load_pretrained(checkpoint)
+    tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
+    if tok is None:
+        raise click.ClickException(f"{checkpoint}: no tokenizer files stored with it; pass --tokenizer")
+    export_hf({"model": pre.state_dict, "config": pre.config.to_dict()}, out_dir, tokenizer=tok)
+    click.echo(f"wrote {out_dir} ({pre.config.num_hidden_layers} layers, hidden {pre.config.hidden_size}"
+               + (f", step {pre.step:,}" if pre.step is not None else "") + ")")
+
+
+@main.command("fill-mask", context_settings=CONTEXT_SETTINGS)
+@click.argument("model", type=EXISTING)
+@click.argument("text")
+@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True, help="Guesses per [MASK].")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where to run the model.")
+@user_errors
+def fill_mask_command(model, text, top_k, device):
+    """Print the model's top guesses for each [MASK] in TEXT. MODEL is a run dir, a
+    checkpoint dir or an HF dir; the tokenizer stored with it is used.
+
+    \b
+    Example:
+      bertmodel fill-mask run/ "The capital of France is [MASK]." --top-k 5
+    """
+    from bertmodel.infer import fill_mask
+    from bertmodel.parallel import resolve_device
+
+    guesses = fill_mask(model, text, top_k=top_k, device=resolve_device(device))
+    for n, options in enumerate(guesses, 1):
+        click.echo(f"[MASK] {n}:")
+        for g in options:
+            click.echo(f"  {g.token:<20} {g.prob:.4f}")
+
+
+if __name__ == "__main__":
+    main()

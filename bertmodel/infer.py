@@ -1,0 +1,75 @@
+"""fill-mask: the model's top guesses for each [MASK] in a sentence.
+
+The tokenizer is the one stored with the model (RUN/hf/, a checkpoint's tokenizer/, or
+an HF dir): tokenizer.json when present, else vocab.txt with BERT's basic + WordPiece
+pipeline. The literal "[MASK]" is split out of the text before encoding, so it becomes
+the mask id whatever the tokenizer's added-token settings are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bertmodel.errors import BertmodelError
+from bertmodel.export import load_into, load_pretrained
+from bertmodel.model import BertForPreTraining
+
+MASK_TEXT = "[MASK]"
+
+
+@dataclass
+class Guess:
+    token: str
+    id: int
+    prob: float
+
+
+def load_tokenizer(tokenizer_info):
+    from tokenizers import BertWordPieceTokenizer, Tokenizer
+
+    files = tokenizer_info.files
+    if "tokenizer.json" in files:
+        return Tokenizer.from_file(str(files["tokenizer.json"]))
+    lowercase = True if tokenizer_info.lowercase is None else bool(tokenizer_info.lowercase)
+    return BertWordPieceTokenizer(str(files["vocab.txt"]), lowercase=lowercase)
+
+
+def encode_with_masks(tokenizer, text: str, special: dict) -> list[int]:
+    pieces = text.split(MASK_TEXT)
+    ids = [special["cls"]]
+    for i, piece in enumerate(pieces):
+        if piece.strip():
+            ids.extend(tokenizer.encode(piece, add_special_tokens=False).ids)
+        if i < len(pieces) - 1:
+            ids.append(special["mask"])
+    return ids + [special["sep"]]
+
+
+@torch.no_grad()
+def fill_mask(model_path, text: str, top_k: int = 5, device: str = "cpu") -> list[list[Guess]]:
+    """Top-k (token, probability) for each [MASK] in `text`, left to right."""
+    if MASK_TEXT not in text:
+        raise BertmodelError(f"the text has no {MASK_TEXT} to fill")
+    pre = load_pretrained(model_path)
+    if pre.tokenizer is None:
+        raise BertmodelError(f"{pre.source}: no tokenizer files (vocab.txt) stored with the model")
+    special = pre.tokenizer.special_ids
+    missing = [k for k in ("cls", "sep", "mask") if k not in special]
+    if missing:
+        raise BertmodelError(f"{pre.source}: the tokenizer lacks {', '.join(missing)}")
+    tokenizer = load_tokenizer(pre.tokenizer)
+    ids = encode_with_masks(tokenizer, text, special)
+    if len(ids) > pre.config.max_position_embeddings:
+        raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
+                             f"{pre.config.max_position_embeddings} positions")
+    model = BertForPreTraining(pre.config)
+    load_into(model, pre)
+    model.to(device).eval()
+    input_ids = torch.tensor([ids], device=device)
+    positions = torch.tensor([[i for i, t in enumerate(ids) if t == special["mask"]]], device=device)
+    out = model(input_ids, torch.zeros_like(input_ids), torch.ones_like(input_ids), positions)
+    probs = out.mlm_logits[0].float().softmax(-1)  # (masks, V)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[Guess(tokenizer.id_to_token(int(i)), int(i), float(p)) for p, i in zip(ps, ix)]
+            for ps, ix in zip(top.values, top.indices)]

@@ -1,0 +1,128 @@
+"""Training metrics: per-step sums kept on the device, FLOP estimates, MFU, metrics.jsonl.
+
+FLOPs per optimizer step (training = forward + backward = 3x forward = 6 per MAC), the
+standard estimate (Kaplan et al. 2020; Chowdhery et al. 2022, appendix B) adapted to
+what this model actually computes:
+  6 * N_layers_weights * (B * T)          every (padded) token through every layer matrix
+  + 12 * L * H * T * (B * T)              attention scores and weighted sum (QK^T, AV)
+  + 6 * (H*H + H*V) * (B * P)             MLM transform + decoder, only at P prediction slots
+  + 6 * (H*H + 2*H) * B                   pooler + NSP head
+Embedding lookups are not FLOPs. MFU = achieved FLOP/s / the device's peak dense bf16
+FLOP/s from PEAK_BF16_FLOPS (no sparsity), or None when the device is not listed.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from bertmodel.config import BertConfig
+
+# Dense bf16 tensor-core peaks from the vendors' datasheets (no 2:4 sparsity), FLOP/s.
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,  # SXM; the PCIe card is 756e12, matched below first
+    "H100 PCIe": 756e12,
+    "H800": 989e12,
+    "H20": 148e12,
+    "GH200": 989e12,
+    "B200": 2250e12,
+    "A100": 312e12,
+    "A800": 312e12,
+    "A10G": 70e12,
+    "A10": 125e12,
+    "L40S": 362e12,
+    "L40": 181e12,
+    "L4": 121e12,
+    "RTX 4090": 165e12,
+    "RTX 3090": 71e12,
+}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):  # most specific name first
+        if key in name:
+            return PEAK_BF16_FLOPS[key]
+    return None
+
+
+def train_flops(config: BertConfig, batch: int, seq_len: int, predictions: int) -> float:
+    """Training FLOPs (forward + backward) of one micro-batch of shape (batch, seq_len)."""
+    H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    tokens = batch * seq_len
+    layer_weights = 4 * H * H + 2 * H * I
+    return (6 * L * layer_weights * tokens + 12 * L * H * seq_len * tokens
+            + 6 * (H * H + H * V) * batch * predictions + 6 * (H * H + 2 * H) * batch)
+
+
+class StepStats:
+    """Sums over the micro-batches of one logging interval, on the device (no syncs)."""
+
+    FIELDS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_total", "nsp_correct")
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(len(self.FIELDS), dtype=torch.float64, device=device)
+        self.micro_batches = 0
+        self.samples = 0
+
+    @torch.no_grad()
+    def add(self, out, labels: torch.Tensor, nsp_labels: torch.Tensor) -> None:
+        valid = labels != -100
+        mlm_correct = ((out.mlm_logits.argmax(-1) == labels) & valid).sum()
+        nsp_correct = (out.nsp_logits.argmax(-1) == nsp_labels).sum()
+        parts = (out.loss, out.mlm_loss, out.nsp_loss, mlm_correct, valid.sum(), nsp_correct)
+        self.sums += torch.stack([p.detach().double() for p in parts])
+        self.micro_batches += 1
+        self.samples += nsp_labels.numel()
+
+    def totals(self) -> torch.Tensor:
+        """[sums..., micro_batches, samples] as one tensor, for an all-reduce across ranks."""
+        extra = torch.tensor([self.micro_batches, self.samples], dtype=torch.float64, device=self.sums.device)
+        return torch.cat([self.sums, extra])
+
+    @classmethod
+    def summarize(cls, totals: torch.Tensor) -> dict:
+        values = totals.tolist()
+        s = dict(zip(cls.FIELDS, values))
+        n, samples = max(1.0, values[-2]), max(1.0, values[-1])
+        return {"loss": s["loss"] / n, "mlm_loss": s["mlm_loss"] / n, "nsp_loss": s["nsp_loss"] / n,
+                "mlm_acc": s["mlm_correct"] / max(1.0, s["mlm_total"]), "nsp_acc": s["nsp_correct"] / samples}
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.micro_batches = self.samples = 0
+
+
+class MetricsWriter:
+    """Appends one JSON object per line to RUN/metrics.jsonl (rank 0 only)."""
+
+    def __init__(self, path: Path, resume_step: int | None = None):
+        self.path = Path(path)
+        if resume_step is not None and self.path.exists():
+            # Drop records a killed run wrote after the checkpoint we resume from, so the
+            # file reads as one uninterrupted run.
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def format_count(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23M' (STYLE.md: big numbers with units)."""
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{suffix}{unit}"
+    return f"{n:.0f}{unit}"

@@ -1,0 +1,122 @@
+"""Optimizers (AdamW, LAMB) and learning-rate schedules (linear, poly).
+
+- AdamW: `torch.optim.AdamW`, fused where this torch build supports it for the device.
+- LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), as NVIDIA's
+  FusedLAMB that DeepLearningExamples uses for BERT: Adam moments with bias correction,
+  update u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, then a per-tensor trust ratio
+  ||p|| / ||u|| (1 where either norm is 0), p -= lr * ratio * u. Written with torch's
+  _foreach ops so it is a handful of kernels per step.
+- Schedules: linear warmup to the peak, then linear decay to 0 (Devlin et al.) or
+  polynomial decay with power 0.5 (NVIDIA's BERT recipe, PolyWarmUpScheduler). A schedule
+  is a pure function of the step; the trainer sets each group's lr before every step, so
+  the only scheduler state to checkpoint is the step itself.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from bertmodel.errors import BertmodelError
+
+
+@dataclass(frozen=True)
+class Schedule:
+    peak_lr: float
+    warmup_steps: int
+    max_steps: int
+    kind: str = "linear"  # "linear" or "poly"
+    power: float = 0.5  # poly only
+
+    def __post_init__(self):
+        if self.kind not in ("linear", "poly"):
+            raise BertmodelError(f"unknown schedule {self.kind!r}; choose linear or poly")
+        if not 0 <= self.warmup_steps <= self.max_steps:
+            raise BertmodelError(f"warmup steps {self.warmup_steps} must be within 0..max steps {self.max_steps}")
+
+    def __call__(self, step: int) -> float:
+        """Learning rate for optimizer step `step` (0-based)."""
+        if step < self.warmup_steps:
+            return self.peak_lr * (step + 1) / self.warmup_steps
+        remaining = max(0.0, 1.0 - (step - self.warmup_steps) / max(1, self.max_steps - self.warmup_steps))
+        return self.peak_lr * (remaining if self.kind == "linear" else remaining ** self.power)
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB with decoupled weight decay inside the trust ratio (see module docstring)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01):
+        if lr < 0 or eps < 0 or not all(0 <= b < 1 for b in betas):
+            raise BertmodelError(f"invalid LAMB hyperparameters lr={lr} betas={betas} eps={eps}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            beta1, beta2 = group["betas"]
+            states = [self.state[p] for p in params]
+            for p, st in zip(params, states):
+                if not st:
+                    st["step"] = torch.zeros((), dtype=torch.float32)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            exp_avg = [st["exp_avg"] for st in states]
+            exp_avg_sq = [st["exp_avg_sq"] for st in states]
+            for st in states:
+                st["step"] += 1
+            step = float(states[0]["step"])
+            torch._foreach_lerp_(exp_avg, grads, 1 - beta1)  # m = b1 m + (1 - b1) g
+            torch._foreach_mul_(exp_avg_sq, beta2)
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1 - beta2)  # v = b2 v + (1 - b2) g^2
+            bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
+            denom = torch._foreach_sqrt(exp_avg_sq)
+            torch._foreach_div_(denom, bc2 ** 0.5)
+            torch._foreach_add_(denom, group["eps"])
+            update = torch._foreach_div(exp_avg, denom)
+            torch._foreach_div_(update, bc1)  # m_hat / (sqrt(v_hat) + eps)
+            if group["weight_decay"]:
+                torch._foreach_add_(update, params, alpha=group["weight_decay"])
+            p_norm = torch._foreach_norm(params)
+            u_norm = torch._foreach_norm(update)
+            ratios = [torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+                      for pn, un in zip(p_norm, u_norm)]
+            torch._foreach_mul_(update, ratios)
+            torch._foreach_add_(params, update, alpha=-group["lr"])
+        return loss
+
+
+def _fused_adamw_ok(device: torch.device) -> bool:
+    if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
+        return False
+    try:  # the CPU fused kernel exists only in newer builds; probe once
+        p = torch.nn.Parameter(torch.zeros(2, device=device))
+        p.grad = torch.zeros(2, device=device)
+        torch.optim.AdamW([p], fused=True).step()
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def build_optimizer(model, name: str, lr: float, weight_decay: float, device: torch.device,
+                    betas=(0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
+    """AdamW (fused when available) or LAMB over the model's own param groups
+    (no weight decay on biases and LayerNorm). eps 1e-6 as in BERT's AdamWeightDecay."""
+    groups = model.param_groups(weight_decay)
+    if name == "adamw":
+        extra = {"fused": True} if _fused_adamw_ok(device) else {}
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    raise BertmodelError(f"unknown optimizer {name!r}; choose adamw or lamb")
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

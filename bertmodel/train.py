@@ -1,0 +1,341 @@
+"""`pretrain`: the BERT pre-training loop (masked LM + next sentence prediction).
+
+train() is short and calls named pieces, torchtitan style: build (data, model, optimizer,
+resume or init), then per step: micro-batches with gradient accumulation -> clip ->
+skip-if-not-finite -> optimizer step; log, evaluate, checkpoint; stop at max_steps,
+at --stop-at, or on SIGTERM (a checkpoint is written first).
+
+Determinism: the model is initialised from `seed`, dropout draws from torch's global
+generator (seeded with seed + rank, saved in every checkpoint per rank), the data order is
+a pure function of (seed, cursor). So on CPU in fp32, N steps + resume + N steps gives the
+same weights as 2N steps straight, bit for bit (tests/test_train_resume.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from bertmodel import checkpoint as ckpt
+from bertmodel import parallel
+from bertmodel.config import BertConfig
+from bertmodel.data import BatchLoader, SampleOrder, ShardDataset, eval_batches
+from bertmodel.errors import BertmodelError
+from bertmodel.export import export_hf, load_into, load_pretrained
+from bertmodel.metrics import MetricsWriter, StepStats, format_count, peak_flops, train_flops
+from bertmodel.model import BertForPreTraining
+from bertmodel.optim import Schedule, build_optimizer, set_lr
+from bertmodel.shards import open_shard_dir
+
+
+@dataclass
+class TrainConfig:
+    data: list[str]
+    """Shard directories written by `bertprep build-shards` (read together)."""
+    out: str
+    """Run directory: checkpoints/step-N/, hf/, metrics.jsonl. Rerunning resumes here."""
+    preset: str = "base"
+    """Model size preset (config.PRESETS); --layers/--hidden/--heads/--intermediate override."""
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    intermediate: int | None = None
+    batch_size: int = 32
+    """Micro-batch per device; the global batch is batch_size * grad_accum * world size."""
+    grad_accum: int = 1
+    lr: float = 1e-4
+    warmup_steps: int | None = None
+    """Linear warmup steps; when None, warmup_ratio * max_steps."""
+    warmup_ratio: float = 0.01
+    max_steps: int = 10_000
+    schedule: str = "linear"  # "linear" or "poly" (power 0.5)
+    optimizer: str = "adamw"  # "adamw" or "lamb"
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping (the norm is still logged)."""
+    seed: int = 42
+    device: str = "auto"
+    precision: str | None = None
+    """"bf16" (autocast) or "fp32"; None: bf16 on CUDA, fp32 on CPU."""
+    compile: bool = False
+    save_every: int = 1000
+    keep_last: int = 3
+    eval_data: list[str] = field(default_factory=list)
+    eval_every: int = 0
+    """Evaluate MLM/NSP accuracy on eval_data every this many steps (0: only at the end)."""
+    eval_batches: int = 50
+    log_every: int = 10
+    init_from: str | None = None
+    """An HF BertForPreTraining dir or one of our run/checkpoint dirs to start from."""
+    max_bad_steps: int = 10
+    """Stop after this many optimizer steps in a row with a non-finite loss or gradient."""
+    stop_at: int | None = None
+    """Save and stop at this step without changing the schedule (time-sliced jobs)."""
+    verify: str = "sha256"  # shard check: "sha256" or "size" (see shards.py)
+    tokenizer: str | None = None
+    """Tokenizer (vocab.txt or dir) for shard dirs that carry none."""
+    progress: bool = True
+
+    def __post_init__(self):
+        for name in ("batch_size", "grad_accum", "max_steps", "save_every", "keep_last", "log_every",
+                     "eval_batches", "max_bad_steps"):
+            if getattr(self, name) <= 0:
+                raise BertmodelError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.precision not in (None, "bf16", "fp32"):
+            raise BertmodelError(f"precision must be bf16 or fp32, got {self.precision!r}")
+        if not 0 <= self.warmup_ratio <= 1:
+            raise BertmodelError(f"warmup ratio must be within 0..1, got {self.warmup_ratio}")
+        if self.lr <= 0:
+            raise BertmodelError(f"lr must be positive, got {self.lr}")
+
+    def model_config(self, vocab_size: int, pad_id: int) -> BertConfig:
+        return BertConfig.preset(self.preset, num_hidden_layers=self.layers, hidden_size=self.hidden,
+                                 num_attention_heads=self.heads, intermediate_size=self.intermediate,
+                                 vocab_size=vocab_size, pad_token_id=pad_id)
+
+    def lr_schedule(self) -> Schedule:
+        warmup = self.warmup_steps if self.warmup_steps is not None else round(self.warmup_ratio * self.max_steps)
+        return Schedule(self.lr, warmup, self.max_steps, kind=self.schedule)
+
+
+class _Stop:
+    """SIGTERM/SIGINT -> finish the current step, save, exit cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError):  # not the main thread: no handler
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _open_data(dirs, cfg: TrainConfig, d: parallel.Dist) -> ShardDataset:
+    return ShardDataset([open_shard_dir(p, verify=cfg.verify, rank=d.rank, world=d.world, tokenizer=cfg.tokenizer)
+                         for p in dirs])
+
+
+def _build_model(cfg: TrainConfig, data: ShardDataset, resume: dict | None, log):
+    """(model on CPU, its config): from a checkpoint we resume, --init-from, or the preset."""
+    tok = data.tokenizer
+    if resume is not None:
+        config = BertConfig.from_dict(resume["config"])
+        if not cfg.init_from:
+            wanted = cfg.model_config(tok.vocab_size, tok.special_ids.get("pad", 0))
+            if wanted != config:
+                raise BertmodelError(f"{cfg.out} holds checkpoints of another model ({config.num_hidden_layers} layers, "
+                                     f"hidden {config.hidden_size}); use another --out or the same size options")
+        model = BertForPreTraining(config)
+        model.load_state_dict(resume["model"])
+        return model, config
+    if cfg.init_from:
+        if any(v is not None for v in (cfg.layers, cfg.hidden, cfg.heads, cfg.intermediate)):
+            raise BertmodelError("--init-from takes the model size from the checkpoint; drop the size options")
+        pre = load_pretrained(cfg.init_from)
+        if pre.config.vocab_size != tok.vocab_size:
+            raise BertmodelError(f"{cfg.init_from}: vocab size {pre.config.vocab_size:,} but the shards' tokenizer has "
+                                 f"{tok.vocab_size:,}; use shards built with the model's tokenizer")
+        if pre.tokenizer is not None:
+            diff = pre.tokenizer.same_as(tok)
+            if diff:
+                raise BertmodelError(f"{cfg.init_from}: its tokenizer differs from the shards' ({diff})")
+        else:
+            log(f"warning: {cfg.init_from} has no tokenizer files; only the vocab size could be checked")
+        model = BertForPreTraining(pre.config)
+        load_into(model, pre)
+        log(f"initialised from {pre.source}")
+        return model, pre.config
+    config = cfg.model_config(tok.vocab_size, tok.special_ids.get("pad", 0))
+    return BertForPreTraining(config), config
+
+
+@torch.no_grad()
+def evaluate(model, data: ShardDataset, cfg: TrainConfig, d: parallel.Dist, autocast, max_len: int) -> dict:
+    """MLM and NSP accuracy (and losses) on the first eval_batches batches of `data`."""
+    was_training = model.training
+    model.eval()
+    stats = StepStats(d.device)
+    for arrays in eval_batches(data, cfg.batch_size, d.rank, d.world, cfg.eval_batches, max_len):
+        batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
+        with autocast:
+            out = model(**batch)
+        stats.add(out, batch["masked_lm_labels"], batch["next_sentence_label"])
+    model.train(was_training)
+    summary = StepStats.summarize(parallel.all_reduce_sum(stats.totals(), d))
+    return {f"eval_{k}": v for k, v in summary.items()}
+
+
+def _save(run: Path, step: int, model, optimizer, cursor: int, config: BertConfig, cfg: TrainConfig,
+          data: ShardDataset, d: parallel.Dist, bad_total: int) -> None:
+    """Every rank contributes its RNG state; rank 0 writes step-N/ and refreshes RUN/hf/."""
+    rngs = parallel.gather_objects(ckpt.rng_state(), d)
+    if d.is_main:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": {"step": step},
+                 "rng": rngs, "data": {"cursor": cursor, "seed": cfg.seed, "rows": len(data)},
+                 "config": config.to_dict(), "train": asdict(cfg), "step": step, "skipped_steps": bad_total}
+        path = ckpt.save_checkpoint(run, state, data.tokenizer.files, cfg.keep_last)
+        export_hf(state, run / "hf", tokenizer=data.tokenizer, config=config)
+        tqdm.write(f"saved {path} and {run / 'hf'}")
+    parallel.barrier(d)
+
+
+def train(cfg: TrainConfig, log=tqdm.write) -> dict:
+    """Pre-train (or resume) into cfg.out. Returns the last logged metrics."""
+    d = parallel.setup(cfg.device)
+    log = log if d.is_main else (lambda *a, **k: None)
+    try:
+        return _train(cfg, d, log)
+    finally:
+        parallel.teardown(d)
+
+
+def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
+    run = Path(cfg.out)
+    data = _open_data(cfg.data, cfg, d)
+    eval_data = _open_data(cfg.eval_data, cfg, d) if cfg.eval_data else None
+    if eval_data is not None and (diff := eval_data.tokenizer.same_as(data.tokenizer)):
+        raise BertmodelError(f"--eval-data uses another tokenizer than --data ({diff})")
+    latest = ckpt.latest_checkpoint(run)
+    resume = ckpt.load_checkpoint(latest) if latest else None
+    if resume is None:
+        torch.manual_seed(cfg.seed)  # the initial weights depend on the seed only
+    model, config = _build_model(cfg, data, resume, log)
+    longest = max(data.max_seq_length, eval_data.max_seq_length if eval_data else 0)
+    if longest > config.max_position_embeddings:
+        raise BertmodelError(f"shards hold sequences of {longest} tokens but the model has "
+                             f"{config.max_position_embeddings} positions")
+    model.to(d.device)
+    optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
+    step, cursor, bad_total = 0, 0, 0
+    if resume is not None:
+        optimizer.load_state_dict(resume["optimizer"])
+        step, cursor = int(resume["step"]), int(resume["data"]["cursor"])
+        bad_total = int(resume.get("skipped_steps", 0))
+        rngs = resume["rng"]
+        if len(rngs) == d.world:
+            ckpt.set_rng_state(rngs[d.rank])
+        else:
+            log(f"warning: checkpoint from {len(rngs)} ranks, running on {d.world}: dropout streams reseeded")
+            torch.manual_seed(cfg.seed + 1000 * step + d.rank)
+        if resume["data"].get("rows") not in (None, len(data)):
+            log(f"warning: the shards now hold {len(data):,} rows, the checkpoint saw {resume['data']['rows']:,}; "
+                "the sample order changes")
+        log(f"resuming from {latest} (step {step:,}, sample {cursor:,})")
+    else:
+        torch.manual_seed(cfg.seed + d.rank)  # dropout streams differ per rank
+    if step >= cfg.max_steps:
+        log(f"{run} already reached step {step:,} of {cfg.max_steps:,}; nothing to do")
+        return {"step": step}
+    train_model = parallel.wrap(model, d, cfg.compile)
+    precision = cfg.precision or ("bf16" if d.device.type == "cuda" else "fp32")
+    autocast = (torch.autocast(d.device.type, dtype=torch.bfloat16) if precision == "bf16"
+                else contextlib.nullcontext())
+    schedule = cfg.lr_schedule()
+    order = SampleOrder(len(data), cfg.seed)
+    loader = BatchLoader(data, order, cfg.batch_size, cursor, d.rank, d.world, d.device,
+                         max_len=config.max_position_embeddings)
+    run.mkdir(parents=True, exist_ok=True)
+    writer = MetricsWriter(run / "metrics.jsonl", resume_step=step if resume else None) if d.is_main else None
+    global_batch = cfg.batch_size * cfg.grad_accum * d.world
+    log(f"model: {format_count(model.num_params())} parameters ({config.num_hidden_layers} layers, hidden "
+        f"{config.hidden_size}, {config.num_attention_heads} heads); data: {len(data):,} samples; global batch "
+        f"{global_batch:,}; {d.world} x {d.device.type}, {precision}{', compiled' if cfg.compile else ''}")
+    try:
+        with _Stop() as stop:
+            return _loop(cfg, d, run, model, train_model, optimizer, schedule, loader, writer, autocast, config,
+                         data, eval_data, step, cursor, bad_total, stop, log)
+    finally:
+        loader.close()
+        if writer:
+            writer.close()
+
+
+def _loop(cfg, d, run, model, train_model, optimizer, schedule, loader, writer, autocast, config, data,
+          eval_data, step, cursor, bad_total, stop, log) -> dict:
+    stats = StepStats(d.device)
+    peak = peak_flops(d.device)
+    last: dict = {"step": step}
+    bad_in_row = 0
+    interval_start, interval_samples, interval_tokens, interval_flops = time.perf_counter(), 0, 0, 0.0
+    params = [p for p in model.parameters() if p.requires_grad]
+    max_norm = cfg.clip_grad if cfg.clip_grad > 0 else math.inf
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not (d.is_main and cfg.progress), unit="step",
+               dynamic_ncols=True)
+    model.train()
+    while step < cfg.max_steps:
+        lr = schedule(step)
+        set_lr(optimizer, lr)
+        for micro in range(cfg.grad_accum):
+            batch = next(loader)
+            sync = train_model.no_sync() if d.ddp and micro < cfg.grad_accum - 1 else contextlib.nullcontext()
+            with sync:
+                with autocast:
+                    out = train_model(**batch.tensors)
+                (out.loss / cfg.grad_accum).backward()
+            stats.add(out, batch.tensors["masked_lm_labels"], batch.tensors["next_sentence_label"])
+            B, T, P = batch.shape
+            interval_samples += B
+            interval_tokens += batch.tokens
+            interval_flops += train_flops(config, B, T, P)
+            cursor = batch.cursor
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))  # one sync per step
+        if math.isfinite(grad_norm):
+            optimizer.step()
+            bad_in_row = 0
+        else:  # skip: leave weights and optimizer state as they were
+            bad_in_row += 1
+            bad_total += 1
+            log(f"step {step + 1:,}: non-finite loss or gradient; step skipped ({bad_in_row} in a row)")
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        bar.update(1)
+        if bad_in_row >= cfg.max_bad_steps:
+            raise BertmodelError(f"{bad_in_row} steps in a row with a non-finite loss or gradient (up to step "
+                                 f"{step:,}); lower --lr, use fp32, or check the data. Weights are those of the last "
+                                 "checkpoint; rerun resumes from there")
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            elapsed = time.perf_counter() - interval_start
+            totals = parallel.all_reduce_sum(
+                torch.cat([stats.totals(), torch.tensor([interval_samples, interval_tokens, interval_flops],
+                                                        dtype=torch.float64, device=d.device)]), d)
+            summary = StepStats.summarize(totals[:-3])
+            samples, tokens, flops = totals[-3:].tolist()
+            last = {"step": step, **summary, "lr": lr, "grad_norm": grad_norm, "samples_per_s": samples / elapsed,
+                    "tokens_per_s": tokens / elapsed, "skipped_steps": bad_total}
+            if peak:
+                last["mfu"] = flops / elapsed / (peak * d.world)
+            if writer:
+                writer.write(last)
+            bar.set_postfix(loss=f"{summary['loss']:.3f}", mlm_acc=f"{summary['mlm_acc']:.3f}", lr=f"{lr:.2e}")
+            stats.reset()
+            interval_start, interval_samples, interval_tokens, interval_flops = time.perf_counter(), 0, 0, 0.0
+        if eval_data is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.max_steps):
+            record = {"step": step, **evaluate(model, eval_data, cfg, d, autocast, config.max_position_embeddings)}
+            if writer:
+                writer.write(record)
+            log(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+            last.update(record)
+        stopping = parallel.any_rank(stop.requested, d) or step == cfg.stop_at
+        if step % cfg.save_every == 0 or step == cfg.max_steps or stopping:
+            _save(run, step, model, optimizer, cursor, config, cfg, data, d, bad_total)
+        if stopping:
+            log(f"stopped at step {step:,}" + (" on a signal" if stop.requested else "") +
+                "; rerun the same command to resume")
+            break
+    bar.close()
+    return last
