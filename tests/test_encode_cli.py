@@ -1,0 +1,66 @@
+"""`bertprep encode`: tokens or ids, one line per input, one-line errors."""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from click.testing import CliRunner
+
+from bertprep.cli import main
+from bertprep.tokenizer import build_tokenizer
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+if not DATA.is_dir():
+    DATA = pathlib.Path("/work/shared/data")
+UNCASED = DATA / "bert-base-uncased-vocab.txt"
+CASED = DATA / "bert-base-cased-vocab.txt"
+needs_data = pytest.mark.skipif(not UNCASED.is_file(), reason=f"shared data not found at {DATA}")
+SMALL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s", ".", "[", "]", "mask"]
+
+
+def encode(*args, input=None):
+    return CliRunner().invoke(main, ["encode", *map(str, args)], input=input)
+
+
+@needs_data
+def test_google_vocab_tokens_and_ids():
+    result = encode("--tokenizer", UNCASED, "Hello, my dog is cute", "unaffable [MASK]")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "hello , my dog is cute\nuna ##ffa ##ble [ mask ]\n"
+    result = encode("--tokenizer", UNCASED, "--ids", "Hello, my dog is cute")
+    assert result.stdout == "7592 1010 2026 3899 2003 10140\n"
+    result = encode("--tokenizer", UNCASED, "--ids", "--special", "Hello, my dog is cute")
+    assert result.stdout == "101 7592 1010 2026 3899 2003 10140 102\n"
+    result = encode("--tokenizer", CASED, "--ids", "Hello , my dog is cute")  # inferred cased
+    assert result.stdout == "8667 117 1139 3676 1110 10509\n"
+    result = encode("--tokenizer", CASED, "--lowercase", "Hello")
+    assert result.stdout == "hello\n"
+
+
+def test_stdin_lines_and_tokdir(tmp_path):
+    build_tokenizer(SMALL, lowercase=True).save(tmp_path / "tok")
+    result = encode("--tokenizer", tmp_path / "tok", input="The cats sat.\n\n[MASK] dog\r\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "the cat ##s sat .\n\n[ mask ] [UNK]\n"
+    result = encode("--tokenizer", tmp_path / "tok" / "tokenizer.json", "--special", "--ids", "cat")
+    assert result.stdout == "2 6 3\n"
+
+
+def test_errors_are_one_line_naming_the_file(tmp_path):
+    missing = tmp_path / "nope"
+    result = encode("--tokenizer", missing, "x")
+    assert result.exit_code == 1 and result.stderr == f"Error: {missing}: no such file or directory\n"
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n", encoding="utf-8")
+    result = encode("--tokenizer", vocab, "x")
+    assert result.exit_code == 1 and result.stderr == f"Error: {vocab}: vocabulary lacks [MASK]\n"
+
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"model": {"type": "WordPiece", "vocab": ', encoding="utf-8")
+    result = encode("--tokenizer", bad, "x")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {bad}: not a tokenizer (invalid JSON: Expecting value at line 1)\n"
+
+    result = encode("x")
+    assert result.exit_code == 2 and "Missing option '--tokenizer'" in result.stderr
