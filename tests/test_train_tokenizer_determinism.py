@@ -17,7 +17,7 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 if not DATA.is_dir():
     DATA = pathlib.Path("/work/shared/data")
 CORPUS = [DATA / "wikitext-2-raw-train-head.txt", DATA / "enwiki_wikiextractor"]
-COMPARED = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+COMPARED = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "training.json")
 
 
 def _train(out: pathlib.Path, *options: str) -> None:
