@@ -1,6 +1,7 @@
 """Write-then-rename helpers, so a crash never leaves a file that looks complete."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -11,6 +12,23 @@ import random
 def _temporary_name(path: pathlib.Path) -> pathlib.Path:
     # Unique per writer, so two processes never share a temporary file.
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{random.getrandbits(32):08x}")
+
+
+@contextlib.contextmanager
+def atomic_output(path, fsync: bool = True):
+    """Yield a temporary path beside `path`; rename it to `path` if the block succeeds,
+    delete it if not. For writers that stream to a file themselves (Arrow IPC)."""
+    path = pathlib.Path(path)
+    tmp = _temporary_name(path)
+    try:
+        yield tmp
+        if fsync:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_bytes_atomic(path, data: bytes | memoryview, fsync: bool = True) -> None:

@@ -23,8 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+# The system allocator hands freed memory back to the OS between tasks; Arrow's
+# default pool keeps it, which inflates every worker's resident size.
+pa.set_memory_pool(pa.system_memory_pool())
+
 from bertprep import schema
-from bertprep.atomic import sha256_of, write_bytes_atomic, write_json_atomic
+from bertprep.atomic import atomic_output, sha256_file, write_bytes_atomic, write_json_atomic
 from bertprep.encoding import SentenceEncoder
 from bertprep.instances import PairConfig, build_pairs
 from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
@@ -192,11 +196,10 @@ def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets
             for s in range(num_shards):
                 per_shard[s].append(batch.slice(bounds[s], bounds[s + 1] - bounds[s]))
     # One record batch per shard (all passes together), so shard s reads batch s.
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, schema.shard_schema(tok.vocab_size)) as writer:
-        for pieces in per_shard:
-            writer.write_batch(pa.concat_batches(pieces))
-    write_bytes_atomic(_work(ctx, f"scatter-{index:06d}.arrow"), sink.getvalue(), fsync=False)
+    with atomic_output(_work(ctx, f"scatter-{index:06d}.arrow"), fsync=False) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema.shard_schema(tok.vocab_size)) as writer:
+            for pieces in per_shard:
+                writer.write_batch(pa.concat_batches(pieces))
     write_json_atomic(marker, stats, fsync=False)
     return stats
 
@@ -258,13 +261,12 @@ def gather_shard(ctx: TaskContext, shard: int, num_shards: int, partitions: list
     table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=batches[0].schema)
     rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
     table = table.take(pa.array(rng.permutation(table.num_rows))).combine_chunks()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=RECORD_BATCH_ROWS):
-            writer.write_batch(batch)
-    data = sink.getvalue()
-    write_bytes_atomic(pathlib.Path(out_dir) / name, data)
-    result = {"name": name, "rows": table.num_rows, "bytes": data.size, "sha256": sha256_of(data)}
+    with atomic_output(pathlib.Path(out_dir) / name) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=RECORD_BATCH_ROWS):
+                writer.write_batch(batch)
+        size, digest = tmp.stat().st_size, sha256_file(tmp)
+    result = {"name": name, "rows": table.num_rows, "bytes": size, "sha256": digest}
     write_json_atomic(marker, result, fsync=False)
     return result
 

@@ -130,7 +130,8 @@ def test_existing_output_needs_overwrite_and_survives_a_failed_rebuild(corpus, v
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("bertprep.build_tasks.write_bytes_atomic", disk_full)
+    # The scatter files are the bulk of the intermediate writes: fail the first one.
+    monkeypatch.setattr("bertprep.build_tasks.atomic_output", disk_full)
     config = BuildConfig(workers=1, cache_dir=str(tmp_path / "c"), seed=5)
     with pytest.raises(BertprepError, match="disk full"):
         build_shards(CorpusSpec(paths=(str(corpus),)), vocab, out, config, overwrite=True, progress=False)
