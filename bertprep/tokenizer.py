@@ -181,7 +181,8 @@ def load_tokenizer(path, lowercase: bool | None = None,
         else:
             raise BertprepError(f"{describe_path(path)}: directory has no tokenizer.json or vocab.txt")
     text = _read_text(path)
-    if path.suffix == ".json" or text.lstrip().startswith("{"):
+    # JSON by name, or by content ("{" then more on the line; a vocab.txt line is one token).
+    if path.suffix == ".json" or (text.lstrip().startswith("{") and text.lstrip().split("\n", 1)[0] != "{"):
         vocab, json_lowercase, json_max_chars = _parse_tokenizer_json(text, path)
         if lowercase is None:
             lowercase = json_lowercase
