@@ -163,3 +163,25 @@ def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12
     write_manifest(out, tokenizer, {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions,
                                     "dupe_factor": dupe_factor, "seed": seed, "builder": "reference_builder.py"})
     return out
+
+
+SMALL_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
+
+
+def write_small_vocab(path: Path, words: int = 250) -> Path:
+    """[PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4) then `words` lower-case words w0, w1, ..."""
+    path = Path(path)
+    path.write_text("\n".join([*SMALL_SPECIALS, *(f"w{i}" for i in range(words))]) + "\n", encoding="utf-8")
+    return path
+
+
+def small_shard_dir(out, rows: int = 96, words: int = 250, seed: int = 0, num_shards: int = 2,
+                    max_seq_length: int = 64, max_predictions: int = 10, batch_rows: int = 16) -> Path:
+    """A fast, contract-conformant shard dir of synthetic rows over a small vocabulary."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = write_small_vocab(out.parent / f"{out.name}-vocab.txt", words)
+    data = synthetic_rows(rows, words + len(SMALL_SPECIALS), seed=seed, max_seq_length=max_seq_length,
+                          max_predictions=max_predictions, special=(0, 1, 2, 3, 4))
+    return write_shard_dir(out, data, vocab, num_shards=num_shards, batch_rows=batch_rows,
+                           max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions)
