@@ -36,10 +36,11 @@ Rust trainer then reads in parallel.
 Residual risk, for the record: the trainer's heap can hold two entries for the same
 pair with equal counts (a stale one re-pushed, and one pushed for new occurrences);
 which pops first depends on the heap's layout, which hash order can influence, and the
-two orders can interleave later merges differently. We have never observed it (every
-repeated run so far was byte-identical: 2 configurations in the test suite, 3 more on
-4 MB x 6 processes, 30,522 entries on 20 MB in the benchmark), but it is not excluded
-by construction; the determinism test would catch it.
+two orders can interleave later merges differently. We have never observed it: every
+repeated run so far was byte-identical (the 2 configurations of the test suite; 3 more
+on 4 MB x 6 processes each; 20 MB uncased at 30,522 entries x 5 processes; 20 MB cased,
+--limit-alphabet 200, --unused 99, 28,996 entries x 3 processes), but it is not
+excluded by construction; the determinism test would catch it.
 """
 from __future__ import annotations
 
