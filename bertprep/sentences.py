@@ -47,61 +47,61 @@ NUMBER_ABBREVIATIONS = frozenset(
 
 _CLOSERS = "\"'”’»)]}」』）】"
 _OPENERS = "\"'“‘«([{¿¡「『（【"
-# A candidate boundary: terminal punctuation, closers, then whitespace (group "space"),
-# or a CJK full stop, closers and optional whitespace.
+_STOPS = ".!?…"
+_CJK_STOPS = "。！？"
+# A candidate boundary, found in one C-level scan:
+# - western: terminal punctuation, closers, whitespace, and a look at the next
+#   character: ASCII uppercase, digit, opener, or any non-ASCII character (checked in
+#   Python: "É" starts a sentence, "é" does not);
+# - CJK: full stops, closers and optional whitespace, whatever follows.
 _CANDIDATE = re.compile(
-    rf"(?P<western>[.!?…]+)[{re.escape(_CLOSERS)}]*(?P<space>\s+)(?=\S)"
-    rf"|(?P<cjk>[。！？]+)[{re.escape(_CLOSERS)}]*\s*"
+    rf"[{_STOPS}]+[{re.escape(_CLOSERS)}]*\s+(?=[A-Z0-9{re.escape(_OPENERS)}]|[^\x00-\x7f])"
+    rf"|[{_CJK_STOPS}]+[{re.escape(_CLOSERS)}]*\s*"
 )
-# The word before a full stop, allowing one space between (WikiText writes "lit .").
-_WORD_BEFORE = re.compile(r"(\S+) ?\Z")
 # Dotted abbreviations, seen without their last dot: "U.S", "e.g", "Ph.D", "a.m".
 _DOTTED = re.compile(r"[A-Za-z]{1,3}(?:\.[A-Za-z]{1,3})+\Z")
-_LOOKBEHIND = 40  # characters scanned back for the word before a full stop
+_LOOKBEHIND = 40  # characters searched back for the word before a full stop
 
 
-def _starts_sentence(text: str, pos: int) -> bool:
-    """Whether text[pos:] looks like the start of a sentence."""
-    char = text[pos]
-    if char in _OPENERS:
-        return True
-    return char.isupper() or char.isdigit() or char.istitle()
+def _word_before(text: str, dot: int) -> str:
+    """The word before text[dot]; one space may come between, as in WikiText's "lit ."."""
+    end = dot - 1 if dot and text[dot - 1] == " " else dot
+    low = max(0, end - _LOOKBEHIND)
+    space = text.rfind(" ", low, end)
+    return text[space + 1 if space >= 0 else low:end].lstrip(_OPENERS)
 
 
-def _is_abbreviation(text: str, dot: int, next_pos: int) -> bool:
-    """Whether the single full stop at text[dot] ends an abbreviation."""
-    match = _WORD_BEFORE.search(text, max(0, dot - _LOOKBEHIND), dot)
-    if match is None:
-        return False
-    word = match.group(1).lstrip(_OPENERS)
-    if not word:
-        return False
+def _is_abbreviation(word: str, next_char: str) -> bool:
+    """Whether a single full stop after word ends an abbreviation, not a sentence."""
     if word in ABBREVIATIONS or _DOTTED.match(word):
         return True
     if len(word) == 1 and word.isupper():  # an initial: "J. R. R. Tolkien"
         return True
-    if word in NUMBER_ABBREVIATIONS:
-        return text[next_pos].isdigit()
-    return False
+    return word in NUMBER_ABBREVIATIONS and next_char.isdigit()
 
 
 def iter_sentence_spans(text: str) -> Iterator[tuple[int, int]]:
     """(start, end) of each sentence in text, including surrounding whitespace."""
     start = 0
+    length = len(text)
     for match in _CANDIDATE.finditer(text):
         end = match.end()
-        if end >= len(text):
+        if end >= length:
             break
-        western = match.group("western")
-        if western is not None:
-            if not _starts_sentence(text, end):
+        stop = match.start()
+        if text[stop] not in _CJK_STOPS:
+            next_char = text[end]
+            if next_char > "\x7f" and not (
+                next_char.isupper() or next_char.istitle() or next_char.isdigit() or next_char in _OPENERS
+            ):
                 continue
-            if western == "." and _is_abbreviation(text, match.start("western"), end):
-                continue
+            if text[stop] == "." and text[stop + 1] not in _STOPS:
+                if _is_abbreviation(_word_before(text, stop), next_char):
+                    continue
         yield start, end
         start = end
-    if start < len(text):
-        yield start, len(text)
+    if start < length:
+        yield start, length
 
 
 def split_sentences(text: str) -> list[str]:
