@@ -140,6 +140,7 @@ def _build_model(cfg: TrainConfig, data: ShardDataset, resume: dict | None, log)
             if wanted != config:
                 raise BertmodelError(f"{cfg.out} holds checkpoints of another model ({config.num_hidden_layers} layers, "
                                      f"hidden {config.hidden_size}); use another --out or the same size options")
+        _check_positions(config, data)
         model = BertForPreTraining(config)
         model.load_state_dict(resume["model"])
         return model, config
@@ -156,12 +157,21 @@ def _build_model(cfg: TrainConfig, data: ShardDataset, resume: dict | None, log)
                 raise BertmodelError(f"{cfg.init_from}: its tokenizer differs from the shards' ({diff})")
         else:
             log(f"warning: {cfg.init_from} has no tokenizer files; only the vocab size could be checked")
+        _check_positions(pre.config, data)
         model = BertForPreTraining(pre.config)
         load_into(model, pre)
         log(f"initialised from {pre.source}")
         return model, pre.config
     config = cfg.model_config(tok.vocab_size, tok.special_ids.get("pad", 0))
+    _check_positions(config, data)
     return BertForPreTraining(config), config
+
+
+def _check_positions(config: BertConfig, data: ShardDataset) -> None:
+    longest = data.max_seq_length
+    if longest > config.max_position_embeddings:
+        raise BertmodelError(f"shards hold sequences of {longest} tokens but the model has "
+                             f"{config.max_position_embeddings} positions")
 
 
 @torch.no_grad()
@@ -215,10 +225,8 @@ def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
     if resume is None:
         torch.manual_seed(cfg.seed)  # the initial weights depend on the seed only
     model, config = _build_model(cfg, data, resume, log)
-    longest = max(data.max_seq_length, eval_data.max_seq_length if eval_data else 0)
-    if longest > config.max_position_embeddings:
-        raise BertmodelError(f"shards hold sequences of {longest} tokens but the model has "
-                             f"{config.max_position_embeddings} positions")
+    if eval_data is not None:
+        _check_positions(config, eval_data)
     model.to(d.device)
     optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
     step, cursor, bad_total = 0, 0, 0
