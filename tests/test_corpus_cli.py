@@ -1,0 +1,83 @@
+"""bertprep.cli_options: the shared corpus options and the SIZE type, through Click."""
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options, parse_size
+from bertprep.corpus import CorpusSpec
+
+
+@click.command()
+@corpus_options
+@click.option("--sample-bytes", type=SIZE, help="A size.")
+def probe(inputs, text_field, dataset, dataset_config, split, sentences, sample_bytes):
+    """Print the CorpusSpec the options make."""
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    click.echo(repr(spec))
+    click.echo(repr(sample_bytes))
+
+
+def invoke(*args):
+    return CliRunner().invoke(probe, list(args))
+
+
+def test_inputs_and_defaults():
+    result = invoke("a.txt", "dir/", "*.jsonl")
+    assert result.exit_code == 0, result.output
+    assert result.output == repr(CorpusSpec(paths=("a.txt", "dir/", "*.jsonl"))) + "\nNone\n"
+
+
+def test_every_option():
+    result = invoke(
+        "--text-field", "body", "--dataset", "wikitext", "--dataset-config", "wikitext-2-raw-v1",
+        "--split", "validation", "--sentences", "split", "--sample-bytes", "1.5GB",
+    )
+    assert result.exit_code == 0, result.output
+    expected = CorpusSpec(
+        text_field="body", dataset="wikitext", dataset_config="wikitext-2-raw-v1", split="validation", sentences="split"
+    )
+    assert result.output == f"{expected!r}\n1500000000\n"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "Error: give at least one INPUT file or directory, or --dataset"),
+        (["a.txt", "--dataset-config", "x"], "Error: --dataset-config only applies with --dataset"),
+        (["a.txt", "--sentences", "words"], "Error: Invalid value for '--sentences': 'words' is not one of 'lines', 'split'."),
+        (["a.txt", "--sample-bytes", "5 parsecs"], "Error: Invalid value for '--sample-bytes': '5 parsecs' is not a size: use bytes or a unit, e.g. 500MB, 1.5GB, 20MiB"),
+    ],
+)
+def test_usage_errors(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == message
+
+
+def test_help_text_on_every_option():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert "Usage: probe [OPTIONS] INPUT..." in result.output
+    for option in ("--text-field", "--dataset ", "--dataset-config", "--split", "--sentences [lines|split]"):
+        assert option in result.output
+    assert all(param.help for param in probe.params if isinstance(param, click.Option))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("123", 123), ("0", 0), (42, 42), ("10KB", 10_000), ("10kb", 10_000), ("10K", 10_000),
+        ("1.5GB", 1_500_000_000), ("500MB", 500_000_000), ("20MiB", 20 * 2**20), ("2 KiB", 2048),
+        ("1TB", 10**12), ("1TiB", 2**40), ("0.5B", 0), (".5KB", 500),
+    ],
+)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "MB", "-5MB", "5 parsecs", "1e3", "1,000", -1, "5MBs"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
