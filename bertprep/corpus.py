@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bertprep import readers
+from bertprep import hf_datasets, readers
 from bertprep.errors import BertprepError, describe_path
 from bertprep.readers import FileCounts
 from bertprep.sentences import split_sentences
@@ -203,7 +203,7 @@ def iter_documents(spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator
             yield document
     if spec.dataset:
         counts = FileCounts()
-        texts = readers.iter_dataset_texts(
+        texts = hf_datasets.iter_dataset_texts(
             spec.dataset, spec.dataset_config, spec.split_name, spec.text_field, counts
         )
         for document in _record_documents(texts, spec.sentences, counts, stats):
@@ -229,7 +229,7 @@ def iter_file_documents(path: Path, spec: CorpusSpec, stats: ReadStats | None = 
         elif kind == "parquet":
             texts = readers.iter_parquet_texts(path, spec.text_field, counts)
         else:
-            texts = readers.iter_dataset_texts(path, None, spec.split_name, spec.text_field, counts)
+            texts = hf_datasets.iter_dataset_texts(path, None, spec.split_name, spec.text_field, counts)
         documents = _record_documents(texts, spec.sentences, counts, stats)
     yielded = 0
     for document in documents:
@@ -345,10 +345,10 @@ def input_fingerprints(spec: CorpusSpec) -> list[dict]:
     fingerprints = []
     for path in resolve_input_files(spec):
         if readers.format_of(path) == "dataset":
-            info = readers.dataset_fingerprint(path, None, spec.split_name)
+            info = hf_datasets.dataset_fingerprint(path, None, spec.split_name)
             fingerprints.append({"path": describe_path(path), **info})
         else:
             fingerprints.append({"path": describe_path(path), **readers.hash_files([path])})
     if spec.dataset:
-        fingerprints.append(readers.dataset_fingerprint(spec.dataset, spec.dataset_config, spec.split_name))
+        fingerprints.append(hf_datasets.dataset_fingerprint(spec.dataset, spec.dataset_config, spec.split_name))
     return fingerprints

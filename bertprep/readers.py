@@ -4,7 +4,7 @@
   read in 1 MiB chunks. Invalid UTF-8 is replaced with U+FFFD and counted; a line longer
   than `MAX_LINE_CHARS` is cut into pieces (at the last whitespace in the second half of
   a piece when there is one), so a 100 MB line with no newline costs a few MB of memory.
-- `iter_jsonl_texts`, `iter_parquet_texts`, `iter_dataset_texts`: one text per record.
+- `iter_jsonl_texts`, `iter_parquet_texts`: one text per record (datasets: hf_datasets.py).
 
 Every problem is a one-line `BertprepError` naming the file (and line, for JSONL).
 """
@@ -126,18 +126,18 @@ def iter_chunks(path: Path) -> Iterator[bytes]:
                 yield chunk
     except _corrupt_errors() as exc:
         raise BertprepError(
-            f"{describe_path(path)}: truncated or corrupt {compression} data ({_one_line(exc)})"
+            f"{describe_path(path)}: truncated or corrupt {compression} data ({one_line(exc)})"
         ) from None
     except OSError as exc:
         if compression is not None and not isinstance(exc, (FileNotFoundError, PermissionError)):
             # bz2 reports bad data as a bare OSError("Invalid data stream").
             raise BertprepError(
-                f"{describe_path(path)}: truncated or corrupt {compression} data ({_one_line(exc)})"
+                f"{describe_path(path)}: truncated or corrupt {compression} data ({one_line(exc)})"
             ) from None
-        raise BertprepError(f"{describe_path(path)}: cannot read: {_one_line(exc)}") from None
+        raise BertprepError(f"{describe_path(path)}: cannot read: {one_line(exc)}") from None
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -248,13 +248,13 @@ def cut_long_line(line: str, counts: FileCounts) -> list[str]:
     return [*pieces, rest]
 
 
-def _field_error(where: str, field: str | None, available) -> BertprepError:
+def field_error(where: str, field: str | None, available) -> BertprepError:
     names = ", ".join(sorted(map(str, available))) or "none"
     what = f"no field {field!r}" if field else "no 'text' field"
     return BertprepError(f"{where}: {what} (fields: {names}); choose one with --text-field")
 
 
-def _record_text(where: str, value, field: str):
+def record_text(where: str, value, field: str):
     if value is None or isinstance(value, str):
         return value
     raise BertprepError(f"{where}: field {field!r} is {type(value).__name__}, expected a string")
@@ -280,8 +280,8 @@ def iter_jsonl_texts(path: Path, text_field: str | None, counts: FileCounts) -> 
                 raise BertprepError(f"{where}: expected a JSON object, got {type(record).__name__}")
             field = text_field or "text"
             if field not in record:
-                raise _field_error(where, text_field, record)
-            text = _record_text(where, record[field], field)
+                raise field_error(where, text_field, record)
+            text = record_text(where, record[field], field)
             if text:
                 yield text
     except LineTooLong as exc:
@@ -300,11 +300,11 @@ def iter_parquet_texts(path: Path, text_field: str | None, counts: FileCounts) -
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
-        raise BertprepError(f"{describe_path(path)}: not a readable Parquet file ({_one_line(exc)})") from None
+        raise BertprepError(f"{describe_path(path)}: not a readable Parquet file ({one_line(exc)})") from None
     field = text_field or "text"
     schema = parquet.schema_arrow
     if field not in schema.names:
-        raise _field_error(describe_path(path), text_field, schema.names)
+        raise field_error(describe_path(path), text_field, schema.names)
     column_type = schema.field(field).type
     if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
         raise BertprepError(f"{describe_path(path)}: column {field!r} is {column_type}, expected a string")
@@ -316,88 +316,7 @@ def iter_parquet_texts(path: Path, text_field: str | None, counts: FileCounts) -
                 if text:
                     yield text
     except (pa.ArrowException, OSError) as exc:
-        raise BertprepError(f"{describe_path(path)}: corrupt Parquet data ({_one_line(exc)})") from None
-
-
-def _dataset_name(name_or_dir: str | Path) -> str:
-    return f"dataset {describe_path(name_or_dir)}"
-
-
-def load_dataset_split(name_or_dir: str | Path, config: str | None, split: str):
-    """A `datasets` Dataset (a save_to_disk directory, memory-mapped) or IterableDataset
-    (a dataset by name, streamed) for one split."""
-    try:
-        import datasets
-    except ImportError:  # pragma: no cover - datasets is a dependency
-        raise BertprepError(f"{_dataset_name(name_or_dir)}: needs the datasets package") from None
-    path = Path(name_or_dir)
-    if is_dataset_dir(path):
-        if config is not None:
-            raise BertprepError(f"{_dataset_name(path)}: a saved dataset directory takes no config")
-        try:
-            loaded = datasets.load_from_disk(str(path))
-        except Exception as exc:  # datasets raises many types for a broken directory
-            raise BertprepError(f"{_dataset_name(path)}: cannot load: {_one_line(exc)}") from None
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise BertprepError(
-                    f"{_dataset_name(path)}: no split {split!r} (splits: {', '.join(sorted(loaded))})"
-                )
-            loaded = loaded[split]
-        return loaded
-    try:
-        return datasets.load_dataset(str(name_or_dir), config, split=split, streaming=True)
-    except Exception as exc:  # network, missing dataset, bad config: all one line to the user
-        raise BertprepError(
-            f"{_dataset_name(name_or_dir)}: cannot load ({type(exc).__name__}: {_one_line(exc)})"
-        ) from None
-
-
-def iter_dataset_texts(
-    name_or_dir: str | Path, config: str | None, split: str, text_field: str | None, counts: FileCounts
-) -> Iterator[str]:
-    """The text_field (default "text") of each row of a Hugging Face dataset split."""
-    dataset = load_dataset_split(name_or_dir, config, split)
-    field = text_field or "text"
-    columns = dataset.column_names  # None for some streamed datasets until read
-    if columns is not None and field not in columns:
-        raise _field_error(_dataset_name(name_or_dir), text_field, columns)
-    if columns is not None:
-        dataset = dataset.select_columns([field])
-    row = 0
-    for batch in dataset.iter(batch_size=1000):
-        if field not in batch:
-            raise _field_error(f"{_dataset_name(name_or_dir)} row {row}", text_field, batch)
-        for text in batch[field]:
-            row += 1
-            text = _record_text(f"{_dataset_name(name_or_dir)} row {row}", text, field)
-            if text:
-                counts.bytes += len(text.encode("utf-8", "surrogatepass"))
-                yield text
-
-
-def dataset_fingerprint(name_or_dir: str | Path, config: str | None, split: str) -> dict:
-    """What identifies a dataset input in a build manifest. A saved directory: the
-    fingerprint `datasets` wrote in state.json plus the size and sha256 of its Arrow
-    files (the content, wherever the directory lives); a dataset by name: its builder's
-    name, config and version."""
-    info = {"dataset": str(name_or_dir), "config": config, "split": split}
-    path = Path(name_or_dir)
-    if is_dataset_dir(path):
-        directory = path
-        if (path / "dataset_dict.json").is_file():
-            load_dataset_split(path, config, split)  # the same errors as reading it
-            directory = path / split
-        try:
-            state = json.loads((directory / "state.json").read_text(encoding="utf-8"))
-            files = [directory / entry["filename"] for entry in state["_data_files"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise BertprepError(f"{_dataset_name(path)}: unreadable state.json ({_one_line(exc)})") from None
-        return {**info, "fingerprint": state.get("_fingerprint"), **hash_files(files)}
-    dataset = load_dataset_split(name_or_dir, config, split)
-    version = getattr(dataset.info, "version", None)
-    fingerprint = getattr(dataset, "_fingerprint", None)  # None when streamed
-    return {**info, "fingerprint": fingerprint or f"{dataset.info.dataset_name}/{dataset.info.config_name}@{version}"}
+        raise BertprepError(f"{describe_path(path)}: corrupt Parquet data ({one_line(exc)})") from None
 
 
 def hash_files(paths: list[Path]) -> dict:
