@@ -85,7 +85,7 @@ class CorpusSpec:
 class ReadStats:
     """Counters filled while reading; pass one to iter_documents and read it after."""
 
-    files: int = 0  # input files (and datasets) read
+    files: int = 0  # inputs read: files, saved dataset directories, datasets
     bytes: int = 0  # bytes of text, after decompression
     documents: int = 0
     sentences: int = 0
@@ -186,7 +186,7 @@ def _looks_like_corpus_file(path: Path) -> bool:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in readers.COMPRESSIONS:
         suffixes.pop()
-    return (suffixes[-1] if suffixes else "") in DIRECTORY_SUFFIXES or not path.suffix
+    return (suffixes[-1] if suffixes else "") in DIRECTORY_SUFFIXES
 
 
 # ---------------------------------------------------------------- documents
@@ -196,21 +196,12 @@ def iter_documents(spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator
     """Every document of the corpus in input order (see the module docstring)."""
     stats = stats if stats is not None else ReadStats()
     inputs = resolve_input_files(spec)
-    yielded = 0
+    before = stats.documents
     for path in inputs:
-        for document in iter_file_documents(path, spec, stats):
-            yielded += 1
-            yield document
+        yield from _input_documents(path, readers.format_of(path), spec, stats)
     if spec.dataset:
-        counts = FileCounts()
-        texts = hf_datasets.iter_dataset_texts(
-            spec.dataset, spec.dataset_config, spec.split_name, spec.text_field, counts
-        )
-        for document in _record_documents(texts, spec.sentences, counts, stats):
-            yielded += 1
-            yield document
-        stats.add(spec.dataset, counts)
-    if not yielded:
+        yield from _input_documents(spec.dataset, "dataset", spec, stats)
+    if stats.documents == before:
         names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
         raise BertprepError(f"{shown}: no text found")
@@ -218,28 +209,30 @@ def iter_documents(spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator
 
 def iter_file_documents(path: Path, spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator[list[str]]:
     """The documents of one input from resolve_input_files (for per-file work)."""
-    stats = stats if stats is not None else ReadStats()
+    return _input_documents(path, readers.format_of(path), spec, stats if stats is not None else ReadStats())
+
+
+def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats) -> Iterator[list[str]]:
+    """The documents of one file, saved dataset directory or (kind "dataset") spec.dataset."""
     counts = FileCounts()
-    kind = readers.format_of(path)
+    before = stats.documents
     if kind == "text":
-        documents = _text_documents(readers.iter_lines(path, counts), spec.sentences, counts, stats)
+        documents = _text_documents(readers.iter_lines(source, counts), spec.sentences, counts, stats)
     else:
         if kind == "jsonl":
-            texts = readers.iter_jsonl_texts(path, spec.text_field, counts)
+            texts = readers.iter_jsonl_texts(source, spec.text_field, counts)
         elif kind == "parquet":
-            texts = readers.iter_parquet_texts(path, spec.text_field, counts)
+            texts = readers.iter_parquet_texts(source, spec.text_field, counts)
         else:
-            texts = hf_datasets.iter_dataset_texts(path, None, spec.split_name, spec.text_field, counts)
+            config = spec.dataset_config if source == spec.dataset else None
+            texts = hf_datasets.iter_dataset_texts(source, config, spec.split_name, spec.text_field, counts)
         documents = _record_documents(texts, spec.sentences, counts, stats)
-    yielded = 0
-    for document in documents:
-        yielded += 1
-        yield document
-    if not yielded and counts.invalid_bytes:
+    yield from documents
+    if stats.documents == before and counts.invalid_bytes:
         raise BertprepError(
-            f"{describe_path(path)}: no usable text ({counts.invalid_bytes:,} undecodable byte sequences)"
+            f"{describe_path(source)}: no usable text ({counts.invalid_bytes:,} undecodable byte sequences)"
         )
-    stats.add(describe_path(path), counts)
+    stats.add(describe_path(source), counts)
 
 
 class _DocumentBuilder:
