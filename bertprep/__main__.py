@@ -1,0 +1,4 @@
+"""python -m bertprep"""
+from bertprep.cli import main
+
+main()
