@@ -18,6 +18,7 @@ leftover .tmp directory) is never loaded.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -33,6 +34,7 @@ from bertmodel.errors import BertmodelError
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 STATE_FILE = "state.pt"
+FULL_DISK_BYTES = 1 << 20  # less free space than this after a failed write: the disk is full
 META_FILE = "meta.json"
 
 
@@ -115,16 +117,26 @@ def save_checkpoint(run_dir, state: dict, tokenizer_files: dict[str, Path] | Non
     tmp = root / f".tmp-step-{step}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    torch.save(state, tmp / STATE_FILE)
-    if tokenizer_files:
-        (tmp / "tokenizer").mkdir()
-        for name, path in tokenizer_files.items():
-            shutil.copyfile(path, tmp / "tokenizer" / name)
-    _fsync(tmp / STATE_FILE)
-    meta = {"step": step, "state_bytes": (tmp / STATE_FILE).stat().st_size,
-            "cursor": state.get("data", {}).get("cursor")}
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+    try:
+        tmp.mkdir()
+        torch.save(state, tmp / STATE_FILE)
+        if tokenizer_files:
+            (tmp / "tokenizer").mkdir()
+            for name, path in tokenizer_files.items():
+                shutil.copyfile(path, tmp / "tokenizer" / name)
+        _fsync(tmp / STATE_FILE)
+        meta = {"step": step, "state_bytes": (tmp / STATE_FILE).stat().st_size,
+                "cursor": state.get("data", {}).get("cursor")}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+    except BaseException as exc:
+        full = is_disk_full(root, exc)
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave half a checkpoint behind
+        if full:
+            last = latest_checkpoint(run_dir)
+            kept = f"{last} is the latest complete checkpoint" if last else "no checkpoint was written yet"
+            raise BertmodelError(f"{root}: disk full while saving step-{step}; {kept}; free space and rerun "
+                                 "the same command to resume") from None
+        raise
     if final.exists():  # the same step saved again (e.g. SIGTERM right after a scheduled save)
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -147,6 +159,20 @@ def load_checkpoint(ckpt_dir) -> dict:
         raise BertmodelError(f"{ckpt_dir / STATE_FILE}: cannot be read ({str(exc).splitlines()[0]})") from None
     state["model"] = unwrap_state_dict(state["model"])
     return state
+
+
+def is_disk_full(directory: Path, exc: BaseException) -> bool:
+    """Whether a failed write ran out of space. torch.save reports a full disk as a
+    RuntimeError ("unexpected pos ..."), so look at the free space too (before the
+    partial file is removed)."""
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if not isinstance(exc, (OSError, RuntimeError)):
+        return False
+    try:
+        return shutil.disk_usage(directory).free < FULL_DISK_BYTES
+    except OSError:
+        return False
 
 
 def _fsync(path: Path) -> None:

@@ -12,6 +12,7 @@ from bertmodel import __version__
 from bertmodel.config import PRESETS
 from bertmodel.errors import BertmodelError
 from bertmodel.train import TrainConfig
+from bertprep.cli import OneLineErrors, describe_os_error
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -28,11 +29,13 @@ def user_errors(fn):
             return fn(*args, **kwargs)
         except BertmodelError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:  # a full disk, a path under a file: one line, no traceback
+            raise click.ClickException(describe_os_error(exc)) from None
 
     return wrapper
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name="bertmodel")
 def main():
     """Pre-train BERT (masked LM + next sentence prediction) on bertprep shards and

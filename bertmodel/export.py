@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertmodel.checkpoint import latest_checkpoint, load_checkpoint, unwrap_state_dict
+from bertmodel.checkpoint import is_disk_full, latest_checkpoint, load_checkpoint, unwrap_state_dict
 from bertmodel.config import BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
@@ -86,13 +86,21 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: B
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_file(hf_tensors(state_dict), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    hf_config = config.to_hf_dict()
-    if tokenizer is not None:
-        hf_config["pad_token_id"] = tokenizer.special_ids.get("pad", config.pad_token_id)
-    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
+    try:
+        tmp.mkdir()
+        save_file(hf_tensors(state_dict), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        hf_config = config.to_hf_dict()
+        if tokenizer is not None:
+            hf_config["pad_token_id"] = tokenizer.special_ids.get("pad", config.pad_token_id)
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+        write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
+    except BaseException as exc:
+        full = is_disk_full(out_dir.parent, exc)
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave half an export behind
+        if full:
+            kept = "the previous export is unchanged" if out_dir.exists() else "nothing was exported"
+            raise BertmodelError(f"{out_dir}: disk full while exporting; {kept}") from None
+        raise
     old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
     if out_dir.exists():
         os.replace(out_dir, old)

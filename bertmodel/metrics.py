@@ -98,6 +98,14 @@ class StepStats:
         self.micro_batches = self.samples = 0
 
 
+def _step_of(line: str) -> float:
+    """A record's step; a blank line, or one torn by a crash mid-write, counts as past any step."""
+    try:
+        return json.loads(line).get("step", 0)
+    except (ValueError, AttributeError):
+        return math.inf
+
+
 class MetricsWriter:
     """Appends one JSON object per line to RUN/metrics.jsonl (rank 0 only)."""
 
@@ -106,8 +114,7 @@ class MetricsWriter:
         if resume_step is not None and self.path.exists():
             # Drop records a killed run wrote after the checkpoint we resume from, so the
             # file reads as one uninterrupted run.
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
             self.path.write_text("".join(line + "\n" for line in kept))
         self._file = open(self.path, "a", encoding="utf-8")
 

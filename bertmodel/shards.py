@@ -83,6 +83,8 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         files = {n: directory / n for n in TOKENIZER_FILES if (directory / n).is_file()}
     vocab = files.get("vocab.txt")
     tokens = vocab.read_text(encoding="utf-8").splitlines() if vocab else None
+    if tokens is not None and not any(t.strip() for t in tokens):
+        raise BertmodelError(f"{vocab}: empty vocabulary")
     vocab_size = tok.get("vocab_size") or (len(tokens) if tokens else None)
     if vocab_size is None:
         raise BertmodelError(f"{directory}: no tokenizer: the manifest names none and there is no "
@@ -93,6 +95,10 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         for key, token in SPECIAL_TOKENS.items():
             if key not in special and token in index:
                 special[key] = index[token]
+    if tokens is not None:
+        missing = [token for key, token in SPECIAL_TOKENS.items() if key not in special and key != "pad"]
+        if missing:
+            raise BertmodelError(f"{vocab}: vocabulary lacks {', '.join(missing)}")
     special.setdefault("pad", 0)
     lowercase = tok.get("lowercase")
     if lowercase is None and "tokenizer_config.json" in files:
@@ -227,16 +233,36 @@ def open_shard_dir(directory, verify: str = "sha256", rank: int = 0, world: int 
     want = (manifest.get("totals") or {}).get("rows", manifest.get("rows"))
     if want is not None and total != want:
         raise BertmodelError(f"{directory}: {total:,} rows but manifest.json says {want:,}")
+    own = manifest.get("tokenizer") or (directory / "vocab.txt").is_file()
     if tokenizer is None:
         info = tokenizer_info(directory, manifest)
     else:
         if not Path(tokenizer).exists():
             raise BertmodelError(f"{tokenizer}: no such tokenizer file or directory")
         info = tokenizer_info(Path(tokenizer))
+        # --tokenizer is for shard dirs that carry none; one that does must agree with it.
+        if own and (diff := info.same_as(tokenizer_info(directory, manifest))):
+            raise BertmodelError(f"{tokenizer}: not the tokenizer {directory} was built with ({diff})")
+        if not own and (top := _max_token_id(files)) >= info.vocab_size:
+            raise BertmodelError(f"{tokenizer}: {info.vocab_size:,} tokens, but {directory} holds token id "
+                                 f"{top:,}: not the tokenizer these shards were built with")
     options = manifest.get("options") or {}
     max_len = options.get("max_seq_length") or _max_list_length(files, schema.INPUT_IDS)
     max_pred = options.get("max_predictions_per_seq") or _max_list_length(files, schema.MASKED_LM_POSITIONS)
     return ShardDir(directory, manifest, files, info, int(max_len), int(max_pred))
+
+
+def _max_token_id(files: list[ShardFile]) -> int:
+    """The largest id in input_ids and masked_lm_ids (reads those columns once)."""
+    top = 0
+    for f in files:
+        values, offsets = f.view[f.id_dtype], f.view[f.offset_dtype]
+        for column in (schema.INPUT_IDS, schema.MASKED_LM_IDS):
+            for at, start, n in zip(f.offsets_at[column], f.values_at[column], f.batch_rows):
+                lo, hi = int(offsets[at]), int(offsets[at + n])
+                if hi > lo:
+                    top = max(top, int(values[start + lo:start + hi].max()))
+    return top
 
 
 def _max_list_length(files: list[ShardFile], column: str) -> int:

@@ -214,8 +214,21 @@ def train(cfg: TrainConfig, log=tqdm.write) -> dict:
         parallel.teardown(d)
 
 
+RUN_ENTRIES = ("checkpoints", "hf", "metrics.jsonl")  # what a pretrain RUN dir holds
+
+
+def _check_run_dir(run: Path) -> None:
+    """RUN is new, empty, or one of ours (then the run resumes): never someone's files."""
+    if run.exists() and not run.is_dir():
+        raise BertmodelError(f"{run}: exists and is a file, not a run directory")
+    if run.is_dir() and any(run.iterdir()) and not any((run / name).exists() for name in RUN_ENTRIES):
+        raise BertmodelError(f"{run}: exists and is not a pretrain run directory (no checkpoints/ or "
+                             "metrics.jsonl); choose a new or empty --out")
+
+
 def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
     run = Path(cfg.out)
+    _check_run_dir(run)
     data = _open_data(cfg.data, cfg, d)
     eval_data = _open_data(cfg.eval_data, cfg, d) if cfg.eval_data else None
     if eval_data is not None and (diff := eval_data.tokenizer.same_as(data.tokenizer)):
@@ -258,7 +271,8 @@ def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
     loader = BatchLoader(data, order, cfg.batch_size, cursor, d.rank, d.world, d.device,
                          max_len=config.max_position_embeddings)
     run.mkdir(parents=True, exist_ok=True)
-    writer = MetricsWriter(run / "metrics.jsonl", resume_step=step if resume else None) if d.is_main else None
+    # A fresh start (step 0) also drops what a run killed before its first checkpoint wrote.
+    writer = MetricsWriter(run / "metrics.jsonl", resume_step=step) if d.is_main else None
     global_batch = cfg.batch_size * cfg.grad_accum * d.world
     log(f"model: {format_count(model.num_params())} parameters ({config.num_hidden_layers} layers, hidden "
         f"{config.hidden_size}, {config.num_attention_heads} heads); data: {len(data):,} samples; global batch "

@@ -127,6 +127,12 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
     with DirectoryLock(staging):
         try:
             result = _build_locked(spec, tok, out, staging, config, progress, started)
+        except BertprepError:
+            # A problem with the input or the options: this command cannot finish as
+            # given, so its staging directory is not worth resuming (tokenized
+            # partitions stay in the cache); leave nothing behind.
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise BertprepError(f"{staging}: disk full while writing ({exc.strerror}); free space and run the same command again to resume") from None
@@ -195,6 +201,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
         stats = _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress)
+        warnings.extend(_nsp_warnings(stats, partitions))
         shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -252,6 +259,27 @@ def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings) -> 
             "(separate documents with a blank line, or use --sentences split for a document per line)"
         )
     return results
+
+
+NSP_RANDOM_WARNING = 0.9  # the reference gives about 0.5-0.6
+
+
+def _nsp_warnings(stats: dict, partitions: list[dict]) -> list[str]:
+    """A corpus of one-sentence documents is legal (Google's script makes every pair a
+    random-next one then), but NSP learns nothing from it: say so, and why."""
+    if not stats.get("rows"):
+        return []
+    fraction = stats["next_sentence_random"] / stats["rows"]
+    if fraction < NSP_RANDOM_WARNING:
+        return []
+    documents = sum(p["documents"] for p in partitions)
+    sentences = sum(p["sentences"] for p in partitions)
+    if sentences == documents:
+        why = (f"every document is one sentence ({documents:,} documents), so no pair can be is-next; "
+               "if each line is a paragraph, use --sentences split")
+    else:
+        why = "most documents give no is-next pair (a single sentence, or sentences longer than --max-seq-length)"
+    return [f"{fraction:.1%} of NSP pairs have a random B (the reference gives about 50%): {why}"]
 
 
 def _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress) -> dict:

@@ -17,6 +17,11 @@ import numpy as np
 from bertprep.tokenizer import LoadedTokenizer
 
 SAMPLE_SENTENCES = 512  # sentences re-encoded with tokenizers per partition
+SAMPLE_CHARS = 2_000_000  # ... but at most about this much text (one sentence at least)
+# `tokenizers` keeps ~100 bytes per token in its Encoding objects (tokens, offsets,
+# masks), so the reference encoder works through batches of about this much text and
+# keeps only the ids: memory follows the batch, not the partition.
+REFERENCE_BATCH_CHARS = 1_000_000
 
 
 def nanotoken_available() -> bool:
@@ -55,13 +60,24 @@ class SentenceEncoder:
         return "nanotoken" if self._fast is not None else "tokenizers"
 
     def encode_reference(self, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        encodings = self.tok.tokenizer.encode_batch(sentences, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        lengths = np.zeros(len(sentences), dtype=np.int64)
+        pieces: list[np.ndarray] = []
+        start = 0
+        while start < len(sentences):
+            end, chars = start, 0
+            while end < len(sentences) and (end == start or chars + len(sentences[end]) <= REFERENCE_BATCH_CHARS):
+                chars += len(sentences[end])
+                end += 1
+            encodings = self.tok.tokenizer.encode_batch(sentences[start:end], add_special_tokens=False)
+            for k, encoding in enumerate(encodings):
+                ids = np.asarray(encoding.ids, dtype=np.uint32)
+                lengths[start + k] = len(ids)
+                pieces.append(ids)
+            del encodings
+            start = end
         offsets = np.zeros(len(sentences) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        ids = np.fromiter(
-            (i for e in encodings for i in e.ids), dtype=np.uint32, count=int(offsets[-1])
-        )
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
         return ids, offsets
 
     def encode(self, sentences: list[str]) -> EncodedSentences:
@@ -86,7 +102,15 @@ class SentenceEncoder:
         step = max(1, n // SAMPLE_SENTENCES)
         lengths = np.diff(offsets)
         longest = np.argsort(-lengths, kind="stable")[:16]
-        sample = sorted(set(range(0, n, step)) | set(longest.tolist()))
+        # The longest first, then the evenly spaced ones, within a text budget: a
+        # partition of a few huge lines must not be encoded twice in full.
+        chosen, chars = [], 0
+        for i in dict.fromkeys([*longest.tolist(), *range(0, n, step)]):
+            if chosen and chars + len(sentences[i]) > SAMPLE_CHARS:
+                continue
+            chosen.append(i)
+            chars += len(sentences[i])
+        sample = sorted(chosen)
         ref_ids, ref_offsets = self.encode_reference([sentences[i] for i in sample])
         bad = 0
         for k, i in enumerate(sample):

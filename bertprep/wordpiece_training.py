@@ -45,6 +45,7 @@ excluded by construction; the determinism test would catch it.
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import json
 import os
@@ -177,6 +178,12 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
             encoding="utf-8")
         _publish(staged, out_dir, overwrite)
         return report
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            kept = "is unchanged" if out_dir.exists() else "was not created"
+            raise BertprepError(f"{describe_path(out_dir.parent)}: disk full while training the tokenizer "
+                                f"({exc.strerror}); {describe_path(out_dir)} {kept}") from None
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
