@@ -7,7 +7,8 @@ differs is how the work is done:
   (the three `Linear`s are kept for their names; their weights are concatenated per call);
 - the MLM head runs only at `masked_lm_positions`: hidden states are gathered to
   (B, P, H) with P = max_predictions_per_seq (a static shape, padded slots carry label
-  -100), so the (B, T, V) logits transformers builds never exist;
+  -100), so the (B, T, V) logits transformers builds never exist; the gather happens
+  before the last layer, which then computes only [CLS] and those P rows;
 - there are no position_ids / token_type_ids buffers (positions are a slice of the table).
 Shapes: B batch, T padded sequence length, H hidden, A heads, D = H / A, P predictions,
 V vocabulary.
@@ -79,17 +80,27 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, xq: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, H) -> (B, T, H); or, given query rows xq (B, Q, H), only those rows
+        attend (to all of x) and (B, Q, H) comes back."""
         B, T, H = x.shape
+        A, D = self.num_heads, H // self.num_heads
         s = self.self
-        weight = torch.cat([s.query.weight, s.key.weight, s.value.weight])  # (3H, H)
-        bias = torch.cat([s.query.bias, s.key.bias, s.value.bias])
-        qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, H // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, A, T, D)
+        if xq is None:  # one (3H, H) projection instead of three
+            weight = torch.cat([s.query.weight, s.key.weight, s.value.weight])
+            bias = torch.cat([s.query.bias, s.key.bias, s.value.bias])
+            q, k, v = F.linear(x, weight, bias).view(B, T, 3, A, D).permute(2, 0, 3, 1, 4).unbind(0)
+            xq = x
+        else:
+            weight = torch.cat([s.key.weight, s.value.weight])
+            bias = torch.cat([s.key.bias, s.value.bias])
+            k, v = F.linear(x, weight, bias).view(B, T, 2, A, D).permute(2, 0, 3, 1, 4).unbind(0)
+            q = s.query(xq).view(B, -1, A, D).transpose(1, 2)
+        # q (B, A, Q, D), k and v (B, A, T, D); mask (B, 1, 1, T) broadcasts over heads and queries
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
-        return self.output(y, x)
+        y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Q, H)
+        return self.output(y, xq)
 
 
 class Intermediate(nn.Module):
@@ -110,8 +121,12 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = DenseLayerNorm(config.intermediate_size, config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.attention(x, mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, query_index: torch.Tensor | None = None):
+        """query_index (B, Q): compute the output only at these positions -> (B, Q, H)."""
+        xq = None
+        if query_index is not None:
+            xq = x.gather(1, query_index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # (B, Q, H)
+        x = self.attention(x, mask, xq)
         return self.output(self.intermediate(x), x)
 
 
@@ -120,9 +135,13 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        for layer in self.layer:
-            x = layer(x, mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+                query_index: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H), or (B, Q, H) at query_index: the last layer then runs
+        its queries, feed-forward and LayerNorms only there (keys/values still use all T)."""
+        for i, layer in enumerate(self.layer):
+            last = i == len(self.layer) - 1
+            x = layer(x, mask, query_index if last else None)
         return x
 
 
@@ -142,10 +161,11 @@ class BertModel(nn.Module):
         self.encoder = Encoder(config)
         self.pooler = Pooler(config)
 
-    def forward(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+    def forward(self, input_ids, token_type_ids, attention_mask, query_index=None) -> torch.Tensor:
+        """Hidden states (B, T, H), or (B, Q, H) at query_index (see Encoder)."""
         # (B, T) 1/0 -> (B, 1, 1, T) bool, True = may attend; broadcast over heads and queries.
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        return self.encoder(self.embeddings(input_ids, token_type_ids), mask)  # (B, T, H)
+        return self.encoder(self.embeddings(input_ids, token_type_ids), mask, query_index)
 
 
 class PredictionHeadTransform(nn.Module):
@@ -219,12 +239,14 @@ class BertForPreTraining(nn.Module):
         masked_lm_labels: torch.Tensor | None = None,  # (B, P) original ids, -100 in padded slots
         next_sentence_label: torch.Tensor | None = None,  # (B,) 0 = B follows A, 1 = random
     ) -> PretrainingOutput:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, H)
-        pooled = self.bert.pooler(hidden)  # (B, H)
-        nsp_logits = self.cls.seq_relationship(pooled)  # (B, 2)
+        # Only [CLS] (for NSP) and the P prediction slots are ever read from the last
+        # layer, so it runs at those 1 + P positions alone: same values there, ~(T-1-P)/T
+        # of the last layer's work saved (the last-layer pruning of MLPerf BERT entries).
         B, P = masked_lm_positions.shape
-        index = masked_lm_positions.long().unsqueeze(-1).expand(B, P, hidden.shape[-1])
-        mlm_logits = self.cls.predictions(hidden.gather(1, index))  # (B, P, H) -> (B, P, V)
+        query_index = torch.cat([masked_lm_positions.new_zeros(B, 1), masked_lm_positions], 1).long()
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, query_index)  # (B, 1 + P, H)
+        nsp_logits = self.cls.seq_relationship(self.bert.pooler(hidden))  # [CLS] -> (B, 2)
+        mlm_logits = self.cls.predictions(hidden[:, 1:])  # (B, P, H) -> (B, P, V)
 
         mlm_loss = nsp_loss = loss = None
         if masked_lm_labels is not None:
