@@ -275,7 +275,8 @@ def iter_jsonl_texts(path: Path, text_field: str | None, counts: FileCounts) -> 
                     raise BertprepError(
                         f"{where}: a JSON array; expected JSON Lines (one object per line)"
                     ) from None
-                raise BertprepError(f"{where}: invalid JSON: {exc.msg} at column {exc.colno}") from None
+                # json says "Unterminated string starting at" and expects a position next
+                raise BertprepError(f"{where}: invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
             if not isinstance(record, dict):
                 raise BertprepError(f"{where}: expected a JSON object, got {type(record).__name__}")
             field = text_field or "text"

@@ -81,14 +81,15 @@ class TokenizerTrainingConfig:
     heldout_max_bytes: int = 2_000_000  # at most this much held-out text is measured
 
     def __post_init__(self):
+        # Messages name the CLI options, as every user-facing error does.
         checks = [
-            (self.vocab_size >= 1, "vocab_size must be positive"),
-            (self.min_frequency >= 0, "min_frequency cannot be negative"),
-            (self.limit_alphabet >= 1, "limit_alphabet must be at least 1"),
-            (self.unused >= 0, "unused cannot be negative"),
-            (self.max_chars_per_word >= 1, "max_chars_per_word must be at least 1"),
-            (self.sample_bytes is None or self.sample_bytes > 0, "sample_bytes must be positive"),
-            (0.0 <= self.heldout_fraction < 1.0, "heldout_fraction must be in [0, 1)"),
+            (self.vocab_size >= 1, "--vocab-size: must be positive"),
+            (self.min_frequency >= 0, "--min-frequency: cannot be negative"),
+            (self.limit_alphabet >= 1, "--limit-alphabet: must be at least 1"),
+            (self.unused >= 0, "--unused: cannot be negative"),
+            (self.max_chars_per_word >= 1, "--max-chars-per-word: must be at least 1"),
+            (self.sample_bytes is None or self.sample_bytes > 0, "--sample-bytes: must be positive"),
+            (0.0 <= self.heldout_fraction < 1.0, "--heldout-fraction: must be in [0, 1)"),
             (self.heldout_max_bytes >= 0, "heldout_max_bytes cannot be negative"),
         ]
         for ok, message in checks:
@@ -96,7 +97,7 @@ class TokenizerTrainingConfig:
                 raise BertprepError(message)
         minimum = len(SPECIAL_TOKENS) + self.unused + 1
         if self.vocab_size < minimum:
-            raise BertprepError(f"vocab_size {self.vocab_size:,} is too small: the {len(SPECIAL_TOKENS)} special "
+            raise BertprepError(f"--vocab-size: {self.vocab_size:,} is too small: the {len(SPECIAL_TOKENS)} special "
                                 f"tokens and {self.unused:,} [unused] slots leave no room (need at least {minimum:,})")
 
     def initial_specials(self) -> list[str]:

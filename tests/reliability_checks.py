@@ -1,0 +1,118 @@
+"""Helpers of the reliability tests (tests/test_reliability_*.py, issue #6).
+
+Every user-facing error is one line on stderr, "Error: " first, naming the file and the
+problem, with a non-zero exit and no traceback, and it leaves nothing that looks like a
+finished result behind. `one_line_error` checks exactly that shape.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner, Result
+
+PREP = [sys.executable, "-c", "from bertprep.cli import main; main()"]
+MODEL = [sys.executable, "-c", "from bertmodel.cli import main; main()"]
+
+# Run a CLI with one function replaced by a pause: it creates FLAG and sleeps, so a test
+# can SIGKILL the process at exactly that point. argv: FLAG MODULE:NAME (prep|model) ARGS...
+PAUSE_AT = r"""
+import importlib, pathlib, sys, time
+flag, target, which, *args = sys.argv[1:]
+module_name, _, attribute = target.partition(":")
+owner = importlib.import_module(module_name)
+*path, name = attribute.split(".")
+for part in path:
+    owner = getattr(owner, part)
+def pause(*a, **k):
+    pathlib.Path(flag).touch()
+    time.sleep(600)
+setattr(owner, name, pause)
+from bertprep.cli import main as prep
+from bertmodel.cli import main as model
+sys.argv = [which, *args]
+(prep if which == "prep" else model)()
+"""
+
+
+def invoke(main, *args) -> Result:
+    """Run a click command in-process; stderr is kept apart from stdout."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result: Result, *names, exit_code: int | None = None) -> str:
+    """Assert the error shape and that every name appears in it; return the message
+    without "Error: "."""
+    assert result.exit_code != 0, f"succeeded: {result.output}"
+    if exit_code is not None:
+        assert result.exit_code == exit_code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.output
+    for name in names:
+        assert str(name) in lines[0], (name, lines[0])
+    return lines[0][len("Error: "):]
+
+
+def nothing_left(directory: pathlib.Path, *expected: str) -> None:
+    """Only `expected` entries (the test's inputs) remain: no OUT, OUT.partial, TOKDIR,
+    temporary or work directories."""
+    assert sorted(p.name for p in directory.iterdir()) == sorted(expected)
+
+
+def temporaries(directory: pathlib.Path) -> list[pathlib.Path]:
+    """Leftovers of killed writers anywhere below `directory`."""
+    return [p for p in directory.rglob("*") if ".tmp" in p.name or p.name.endswith(".partial")
+            or ".work-" in p.name or ".new-" in p.name or ".old" in p.name]
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"process ended ({proc.returncode}) before the point was reached: {output}")
+        if time.time() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for the process")
+        time.sleep(0.01)
+
+
+def kill_at(target: str, which: str, args: list, flag: pathlib.Path, sig=9) -> None:
+    """Start the CLI paused at `target` (module:function), wait for the pause, send `sig`."""
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_AT, str(flag), target, which, *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(flag.exists, proc)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@contextlib.contextmanager
+def tiny_disk(path: pathlib.Path, size: str):
+    """A tmpfs of `size` mounted at `path` (needs root and a kernel that allows it);
+    skips the test otherwise, so each disk-full case also has a patched variant."""
+    path.mkdir(parents=True, exist_ok=True)
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tiny tmpfs needs root; the patched variant of this test covers it")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the patched variant covers it")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
