@@ -10,9 +10,9 @@ import click
 
 from bertmodel import __version__
 from bertmodel.config import PRESETS
-from bertmodel.errors import BertmodelError
 from bertmodel.train import TrainConfig
 from bertprep.cli import OneLineErrors, describe_os_error
+from bertprep.errors import BertprepError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -27,7 +27,7 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except BertmodelError as exc:
+        except BertprepError as exc:  # BertmodelError, or bertprep's own from shared code
             raise click.ClickException(str(exc)) from None
         except OSError as exc:  # a full disk, a path under a file: one line, no traceback
             raise click.ClickException(describe_os_error(exc)) from None

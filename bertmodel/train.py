@@ -27,6 +27,7 @@ from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset, eval_batches
 from bertmodel.errors import BertmodelError
+from bertprep.errors import check_parent_is_directory
 from bertmodel.export import export_hf, load_into, load_pretrained
 from bertmodel.metrics import MetricsWriter, StepStats, format_count, peak_flops, train_flops
 from bertmodel.model import BertForPreTraining
@@ -191,7 +192,7 @@ def evaluate(model, data: ShardDataset, cfg: TrainConfig, d: parallel.Dist, auto
 
 
 def _save(run: Path, step: int, model, optimizer, cursor: int, config: BertConfig, cfg: TrainConfig,
-          data: ShardDataset, d: parallel.Dist, bad_total: int) -> None:
+          data: ShardDataset, d: parallel.Dist, bad_total: int, log) -> None:
     """Every rank contributes its RNG state; rank 0 writes step-N/ and refreshes RUN/hf/."""
     rngs = parallel.gather_objects(ckpt.rng_state(), d)
     if d.is_main:
@@ -200,7 +201,7 @@ def _save(run: Path, step: int, model, optimizer, cursor: int, config: BertConfi
                  "config": config.to_dict(), "train": asdict(cfg), "step": step, "skipped_steps": bad_total}
         path = ckpt.save_checkpoint(run, state, data.tokenizer.files, cfg.keep_last)
         export_hf(state, run / "hf", tokenizer=data.tokenizer, config=config)
-        tqdm.write(f"saved {path} and {run / 'hf'}")
+        log(f"saved {path} and {run / 'hf'}")
     parallel.barrier(d)
 
 
@@ -219,6 +220,7 @@ RUN_ENTRIES = ("checkpoints", "hf", "metrics.jsonl")  # what a pretrain RUN dir 
 
 def _check_run_dir(run: Path) -> None:
     """RUN is new, empty, or one of ours (then the run resumes): never someone's files."""
+    check_parent_is_directory(run)
     if run.exists() and not run.is_dir():
         raise BertmodelError(f"{run}: exists and is a file, not a run directory")
     if run.is_dir() and any(run.iterdir()) and not any((run / name).exists() for name in RUN_ENTRIES):
@@ -354,7 +356,7 @@ def _loop(cfg, d, run, model, train_model, optimizer, schedule, loader, writer, 
             last.update(record)
         stopping = parallel.any_rank(stop.requested, d) or step == cfg.stop_at
         if step % cfg.save_every == 0 or step == cfg.max_steps or stopping:
-            _save(run, step, model, optimizer, cursor, config, cfg, data, d, bad_total)
+            _save(run, step, model, optimizer, cursor, config, cfg, data, d, bad_total, log)
         if stopping:
             log(f"stopped at step {step:,}" + (" on a signal" if stop.requested else "") +
                 "; rerun the same command to resume")

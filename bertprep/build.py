@@ -24,7 +24,7 @@ from bertprep import __version__, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_tasks import TaskContext, gather_shard, merge_stats, pair_partition, scatter_partition
 from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents
-from bertprep.errors import BertprepError
+from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import LocalExecutor, default_workers
 from bertprep.instances import PairConfig
 from bertprep.lock import DirectoryLock
@@ -110,6 +110,7 @@ def staging_path(out: pathlib.Path) -> pathlib.Path:
 
 
 def _check_output(out: pathlib.Path, overwrite: bool) -> None:
+    check_parent_is_directory(out)
     if out.exists() and not out.is_dir():
         raise BertprepError(f"{out}: output path exists and is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:

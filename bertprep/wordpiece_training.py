@@ -60,7 +60,7 @@ from typing import Iterable
 import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from bertprep.errors import BertprepError, describe_path
+from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
 from bertprep.tokenizer import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
 
@@ -193,6 +193,7 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
 
 
 def _check_output(out_dir: pathlib.Path, overwrite: bool) -> None:
+    check_parent_is_directory(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BertprepError(f"{describe_path(out_dir)}: exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
