@@ -10,6 +10,7 @@ only pay off for much larger encoders than DESIGN.md's presets.
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 
@@ -102,12 +103,16 @@ def any_rank(flag: bool, d: Dist) -> bool:
     return bool(t.item())
 
 
-def gather_objects(obj, d: Dist) -> list:
+def gather_states(obj, d: Dist) -> list:
+    """Every rank's `obj` (a dict of tensors and plain values), on every rank. Sent as
+    torch.save bytes: all_gather_object cannot unpickle tensors in torch 2.13."""
     if not d.ddp:
         return [obj]
+    buf = io.BytesIO()
+    torch.save(obj, buf)
     out = [None] * d.world
-    dist.all_gather_object(out, obj)
-    return out
+    dist.all_gather_object(out, buf.getvalue())
+    return [torch.load(io.BytesIO(b), weights_only=True) for b in out]
 
 
 def barrier(d: Dist) -> None:

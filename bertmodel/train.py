@@ -194,7 +194,7 @@ def evaluate(model, data: ShardDataset, cfg: TrainConfig, d: parallel.Dist, auto
 def _save(run: Path, step: int, model, optimizer, cursor: int, config: BertConfig, cfg: TrainConfig,
           data: ShardDataset, d: parallel.Dist, bad_total: int, log) -> None:
     """Every rank contributes its RNG state; rank 0 writes step-N/ and refreshes RUN/hf/."""
-    rngs = parallel.gather_objects(ckpt.rng_state(), d)
+    rngs = parallel.gather_states(ckpt.rng_state(), d)
     if d.is_main:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": {"step": step},
                  "rng": rngs, "data": {"cursor": cursor, "seed": cfg.seed, "rows": len(data)},

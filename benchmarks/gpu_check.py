@@ -1,0 +1,187 @@
+"""One-command GPU check: BERT-base at seq 128 in bf16 on this CUDA device.
+
+1. step throughput: synthetic realistic batches (seq 128, 20 prediction slots, 90% of
+   rows full length), forward + backward + clip + fused AdamW, bf16 autocast; eager, then
+   torch.compile (falls back with a message if compile fails); warm-up steps, then timed
+   steps between cuda.synchronize() calls;
+2. the real loop: `bertmodel pretrain` on synthetic shards (loader thread, per-step
+   non-finite check, metrics.jsonl), samples/s and MFU read back from its metrics;
+3. data loading: collate samples/s on this machine's CPU, against what the GPU consumes.
+Prints samples/s and MFU (FLOPs as in bertmodel/metrics.py; peak from its table, H100/H200
+989 TFLOP/s dense bf16). Targets on an H200: >= 5,000 samples/s and >= 40% MFU.
+
+  python benchmarks/gpu_check.py [--batch-size 256] [--steps 30] [--no-compile] [--loop-steps 60]
+
+Without CUDA it prints why and exits with status 2 (nothing to check).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertmodel.config import BertConfig
+from bertmodel.data import SampleOrder, ShardDataset
+from bertmodel.metrics import peak_flops, train_flops
+from bertmodel.model import BertForPreTraining
+from bertmodel.optim import build_optimizer
+from bertmodel.shards import open_shard_dir
+from bertmodel.testing import synthetic_rows, write_shard_dir
+
+TARGET_SAMPLES_S, TARGET_MFU = 5000, 0.40
+VOCAB = 30522
+
+
+def synthetic_shards(tmp: Path, rows: int) -> Path:
+    vocab = tmp / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                *(f"w{i}" for i in range(VOCAB - 104))]) + "\n")
+    return write_shard_dir(tmp / "shards", synthetic_rows(rows, VOCAB, seed=0), vocab, num_shards=4, batch_rows=2048)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertConfig, device) -> dict:
+    params = [p for p in model.parameters()]
+    model.train()
+
+    def step(b):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    for i in range(warmup):
+        step(batches[i % len(batches)])
+    sync(device)
+    t0 = time.perf_counter()
+    losses = [step(batches[i % len(batches)]) for i in range(steps)]
+    sync(device)
+    elapsed = time.perf_counter() - t0
+    flops = sum(train_flops(config, *b["input_ids"].shape, b["masked_lm_positions"].shape[1])
+                for b in (batches[i % len(batches)] for i in range(steps)))
+    samples = sum(batches[i % len(batches)]["input_ids"].shape[0] for i in range(steps))
+    peak = peak_flops(device)
+    loss_values = [float(x) for x in losses]
+    return {"samples_s": samples / elapsed, "ms_step": 1e3 * elapsed / steps,
+            "mfu": flops / elapsed / peak if peak else None, "finite": all(np.isfinite(loss_values)),
+            "first_loss": loss_values[0], "last_loss": loss_values[-1]}
+
+
+def report(name: str, r: dict) -> None:
+    mfu = "n/a (device not in the peak table)" if r.get("mfu") is None else f"{r['mfu']:.1%}"
+    ok = r["samples_s"] >= TARGET_SAMPLES_S and (r.get("mfu") or 0) >= TARGET_MFU
+    print(f"{name:<26} {r['samples_s']:>9,.0f} samples/s  {r.get('ms_step', float('nan')):>7.1f} ms/step  "
+          f"MFU {mfu}  {'meets' if ok else 'below'} target")
+
+
+def bench_step(args, ds: ShardDataset) -> list[tuple[str, dict]]:
+    device = torch.device(args.device)
+    config = BertConfig.preset(args.preset, vocab_size=VOCAB)
+    order = SampleOrder(len(ds), seed=0)
+    batches = [{k: torch.from_numpy(v).to(device) for k, v in
+                ds.collate(order.take(i * args.batch_size, args.batch_size), 512).items()} for i in range(8)]
+    results = []
+    modes = [False] + ([True] if args.compile else [])
+    for compiled in modes:
+        torch.manual_seed(0)
+        model = BertForPreTraining(config).to(device)
+        optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, device)
+        name = f"{args.preset} bf16, eager"
+        if compiled:
+            name = f"{args.preset} bf16, torch.compile"
+            try:
+                model = torch.compile(model, dynamic=False)
+            except Exception as exc:  # noqa: BLE001 - report and keep the eager figure
+                print(f"torch.compile failed ({str(exc).splitlines()[0]}); eager only")
+                break
+        t0 = time.perf_counter()
+        try:
+            r = time_steps(model, optimizer, batches, args.steps, args.warmup, config, device)
+        except Exception as exc:  # noqa: BLE001 - compile errors surface at the first call
+            if not compiled:
+                raise
+            print(f"torch.compile failed at run time ({str(exc).splitlines()[0]}); eager only")
+            break
+        print(f"  ({name}: {time.perf_counter() - t0:.0f} s including warm-up/compile; loss "
+              f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}, finite: {r['finite']})")
+        results.append((name, r))
+        del model, optimizer
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def bench_loop(args, shards: Path, tmp: Path) -> dict | None:
+    """The real `pretrain` loop for --loop-steps steps; throughput from its metrics.jsonl."""
+    from bertmodel.train import TrainConfig, train
+
+    cfg = TrainConfig(data=[str(shards)], out=str(tmp / "run"), preset=args.preset, batch_size=args.batch_size,
+                      max_steps=args.loop_steps, lr=1e-4, warmup_steps=min(10, args.loop_steps),
+                      log_every=max(1, args.loop_steps // 3), save_every=10**9, compile=args.compile, progress=False,
+                      verify="size", device=args.device, precision="bf16")
+    train(cfg, log=lambda *a: None)
+    records = [json.loads(x) for x in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if "samples_per_s" in r][-1]  # the last interval: compile and warm-up excluded
+    return {"samples_s": last["samples_per_s"], "mfu": last.get("mfu"), "ms_step": float("nan")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch-size", type=int, default=256, help="micro-batch (H200: 256 fits easily)")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile happens here)")
+    ap.add_argument("--loop-steps", type=int, default=60, help="steps of the real pretrain loop (0: skip)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="eager only")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="run every code path on the CPU with the tiny preset (checks the script, measures nothing)")
+    args = ap.parse_args(argv)
+    args.preset, args.device = "base", "cuda"
+    if args.cpu_smoke:
+        args.preset, args.device, args.batch_size, args.steps, args.warmup = "tiny", "cpu", 4, 2, 1
+        args.loop_steps, args.compile = min(args.loop_steps, 3), False
+    elif not torch.cuda.is_available():
+        print("gpu_check: no CUDA device (torch.cuda.is_available() is False); it measures BERT-base bf16 "
+              "throughput on an NVIDIA GPU, so there is nothing to check here.", file=sys.stderr)
+        return 2
+    if args.device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        peak = peak_flops(torch.device("cuda"))
+        print(f"{props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}, "
+              f"peak bf16 {peak / 1e12:.0f} TFLOP/s" if peak else f"{props.name}: not in the peak table, no MFU")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        shards = synthetic_shards(tmp, rows=64 if args.cpu_smoke else max(8192, 16 * args.batch_size))
+        ds = ShardDataset([open_shard_dir(shards, verify="size")])
+        results = bench_step(args, ds)
+        if args.loop_steps:
+            results.append(("pretrain loop" + (" (compiled)" if args.compile else ""), bench_loop(args, shards, tmp)))
+        order = SampleOrder(len(ds), seed=0)
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 2:
+            ds.collate(order.take(n, args.batch_size))
+            n += args.batch_size
+        loading = n / (time.perf_counter() - t0)
+    print(f"\n{'':<26} {'target':>9}: >= {TARGET_SAMPLES_S:,} samples/s and >= {TARGET_MFU:.0%} MFU on an H200")
+    for name, r in results:
+        report(name, r)
+    best = max(r["samples_s"] for _, r in results)
+    print(f"data loading: {loading:,.0f} samples/s on one CPU core = {loading / best:.1f}x what the GPU consumes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
