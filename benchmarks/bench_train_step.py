@@ -9,7 +9,7 @@ median is reported, because CPU timings on a shared machine drift.
 
 Targets (issue #4): ours <= 0.5x transformers for mini, <= 0.8x for base.
 
-  python benchmarks/bench_train_step.py [--presets mini base] [--data SHARD_DIR] [--reps 3]
+  python benchmarks/bench_train_step.py [--presets mini base] [--data SHARD_DIR] [--reps 3] [--threads N]
 """
 from __future__ import annotations
 
@@ -137,13 +137,21 @@ def main(argv=None) -> int:
     ap.add_argument("--presets", nargs="+", default=["mini", "base"], choices=list(BATCH))
     ap.add_argument("--data", help="a shard directory (default: Wikipedia shards built from ../shared/data)")
     ap.add_argument("--reps", type=int, default=3, help="timed steps per model (after one warm-up)")
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice). On a shared machine "
+                    "--threads 1 gives steadier ratios: OpenMP teams stall when another process takes a core")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         import transformers  # noqa: F401
     except ImportError:
         print("transformers is not installed: pip install 'bertprep[test]'", file=sys.stderr)
         return 1
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fused AdamW for both models")
+    import os
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads on {os.cpu_count()} cores "
+          f"(load average {load:.1f}), fused AdamW for both models")
     with tempfile.TemporaryDirectory() as tmp:
         directory = shard_dir(args, Path(tmp))
         ds = ShardDataset([open_shard_dir(directory, verify="size")])

@@ -48,7 +48,9 @@ def rng_state() -> dict:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # This process's device only: get_rng_state_all() would create a context on
+        # every visible GPU from every rank.
+        state["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device())
     return state
 
 
@@ -60,11 +62,7 @@ def set_rng_state(state: dict) -> None:
                          "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        cuda = state["cuda"]
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
-        else:  # another machine shape: at least restore this process's device
-            torch.cuda.set_rng_state(cuda[torch.cuda.current_device() % len(cuda)])
+        torch.cuda.set_rng_state(state["cuda"], torch.cuda.current_device())
 
 
 def unwrap_state_dict(state_dict: dict) -> dict:
