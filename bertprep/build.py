@@ -136,7 +136,7 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
             raise
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise BertprepError(f"{staging}: disk full while writing ({exc.strerror}); free space and run the same command again to resume") from None
+                raise BertprepError(f"{staging}: disk full while writing ({os.strerror(exc.errno)}); free space and run the same command again to resume") from None
             raise
     return result
 

@@ -20,19 +20,27 @@ from click.testing import CliRunner, Result
 PREP = [sys.executable, "-c", "from bertprep.cli import main; main()"]
 MODEL = [sys.executable, "-c", "from bertmodel.cli import main; main()"]
 
-# Run a CLI with one function replaced by a pause: it creates FLAG and sleeps, so a test
-# can SIGKILL the process at exactly that point. argv: FLAG MODULE:NAME (prep|model) ARGS...
+# Run a CLI with one function wrapped in a pause, so a test can signal the process at
+# exactly that point. argv: FLAG MODULE:NAME (prep|model) ARGS... The first PAUSE_AFTER
+# calls (default 0) run normally; the next one creates FLAG and then sleeps, or, when
+# RESUME_FLAG is set, waits for that file and goes on with the call.
 PAUSE_AT = r"""
-import importlib, pathlib, sys, time
+import importlib, os, pathlib, sys, time
 flag, target, which, *args = sys.argv[1:]
 module_name, _, attribute = target.partition(":")
 owner = importlib.import_module(module_name)
 *path, name = attribute.split(".")
 for part in path:
     owner = getattr(owner, part)
+original = getattr(owner, name)
+after, resume, calls = int(os.environ.get("PAUSE_AFTER", "0")), os.environ.get("RESUME_FLAG"), [0]
 def pause(*a, **k):
-    pathlib.Path(flag).touch()
-    time.sleep(600)
+    calls[0] += 1
+    if calls[0] == after + 1:
+        pathlib.Path(flag).touch()
+        while not (resume and os.path.exists(resume)):
+            time.sleep(0.02)
+    return original(*a, **k)
 setattr(owner, name, pause)
 from bertprep.cli import main as prep
 from bertmodel.cli import main as model
@@ -85,20 +93,23 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
         time.sleep(0.01)
 
 
-def kill_at(target: str, which: str, args: list, flag: pathlib.Path, sig=9) -> None:
-    """Start the CLI paused at `target` (module:function), wait for the pause, send `sig`."""
+def start_paused(target: str, which: str, args: list, flag: pathlib.Path, after: int = 0,
+                 resume: pathlib.Path | None = None) -> subprocess.Popen:
+    """Start the CLI paused at `target` (module:function) and wait until it is there."""
+    env = {**os.environ, "PAUSE_AFTER": str(after)}
+    if resume is not None:
+        env["RESUME_FLAG"] = str(resume)
     proc = subprocess.Popen([sys.executable, "-c", PAUSE_AT, str(flag), target, which, *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for(flag.exists, proc)
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    wait_for(flag.exists, proc)
+    return proc
+
+
+def kill_at(target: str, which: str, args: list, flag: pathlib.Path, after: int = 0) -> None:
+    """SIGKILL the CLI at `target` (after `after` normal calls)."""
+    proc = start_paused(target, which, args, flag, after)
+    proc.kill()
+    proc.communicate(timeout=60)
 
 
 @contextlib.contextmanager
