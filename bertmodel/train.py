@@ -1,22 +1,21 @@
 """`pretrain`: the BERT pre-training loop (masked LM + next sentence prediction).
 
-train() is short and calls named pieces, torchtitan style: build (data, model, optimizer,
-resume or init), then per step: micro-batches with gradient accumulation -> clip ->
-skip-if-not-finite -> optimizer step; log, evaluate, checkpoint; stop at max_steps,
-at --stop-at, or on SIGTERM (a checkpoint is written first).
+train() builds the pieces in a fixed order, torchtitan style: open and check the shards,
+resume from the latest complete checkpoint or --init-from or the preset, the model on
+its device, the optimizer (and its state), compile, DDP, the loader at the data cursor;
+then trainer.Trainer runs the steps (log, evaluate, checkpoint; stop at max_steps, at
+--stop-at, or on SIGTERM, after writing a checkpoint).
 
 Determinism: the model is initialised from `seed`, dropout draws from torch's global
 generator (seeded with seed + rank, saved in every checkpoint per rank), the data order is
 a pure function of (seed, cursor). So on CPU in fp32, N steps + resume + N steps gives the
-same weights as 2N steps straight, bit for bit (tests/test_train_resume.py).
+same weights as 2N steps straight, bit for bit (tests/test_train.py, tests/test_train_ddp.py).
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,14 +24,15 @@ from tqdm import tqdm
 from bertmodel import checkpoint as ckpt
 from bertmodel import parallel
 from bertmodel.config import BertConfig
-from bertmodel.data import BatchLoader, SampleOrder, ShardDataset, eval_batches
+from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
 from bertmodel.errors import BertmodelError
-from bertprep.errors import check_parent_is_directory
-from bertmodel.export import export_hf, load_into, load_pretrained
-from bertmodel.metrics import MetricsWriter, StepStats, format_count, peak_flops, train_flops
+from bertmodel.export import load_into, load_pretrained
+from bertmodel.metrics import MetricsWriter, format_count
 from bertmodel.model import BertForPreTraining
-from bertmodel.optim import Schedule, build_optimizer, set_lr
+from bertmodel.optim import Schedule, build_optimizer
 from bertmodel.shards import open_shard_dir
+from bertmodel.trainer import Trainer
+from bertprep.errors import check_parent_is_directory
 
 
 @dataclass
@@ -175,36 +175,6 @@ def _check_positions(config: BertConfig, data: ShardDataset) -> None:
                              f"{config.max_position_embeddings} positions")
 
 
-@torch.no_grad()
-def evaluate(model, data: ShardDataset, cfg: TrainConfig, d: parallel.Dist, autocast, max_len: int) -> dict:
-    """MLM and NSP accuracy (and losses) on the first eval_batches batches of `data`."""
-    was_training = model.training
-    model.eval()
-    stats = StepStats(d.device)
-    for arrays in eval_batches(data, cfg.batch_size, d.rank, d.world, cfg.eval_batches, max_len):
-        batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
-        with autocast:
-            out = model(**batch)
-        stats.add(out, batch["masked_lm_labels"], batch["next_sentence_label"])
-    model.train(was_training)
-    summary = StepStats.summarize(parallel.all_reduce_sum(stats.totals(), d))
-    return {f"eval_{k}": v for k, v in summary.items()}
-
-
-def _save(run: Path, step: int, model, optimizer, cursor: int, config: BertConfig, cfg: TrainConfig,
-          data: ShardDataset, d: parallel.Dist, bad_total: int, log) -> None:
-    """Every rank contributes its RNG state; rank 0 writes step-N/ and refreshes RUN/hf/."""
-    rngs = parallel.gather_states(ckpt.rng_state(), d)
-    if d.is_main:
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": {"step": step},
-                 "rng": rngs, "data": {"cursor": cursor, "seed": cfg.seed, "rows": len(data)},
-                 "config": config.to_dict(), "train": asdict(cfg), "step": step, "skipped_steps": bad_total}
-        path = ckpt.save_checkpoint(run, state, data.tokenizer.files, cfg.keep_last)
-        export_hf(state, run / "hf", tokenizer=data.tokenizer, config=config)
-        log(f"saved {path} and {run / 'hf'}")
-    parallel.barrier(d)
-
-
 def train(cfg: TrainConfig, log=tqdm.write) -> dict:
     """Pre-train (or resume) into cfg.out. Returns the last logged metrics."""
     d = parallel.setup(cfg.device)
@@ -228,6 +198,22 @@ def _check_run_dir(run: Path) -> None:
                              "metrics.jsonl); choose a new or empty --out")
 
 
+def _restore(resume: dict, optimizer, cfg: TrainConfig, d: parallel.Dist, rows: int, log) -> tuple[int, int, int]:
+    """Optimizer state and this rank's RNG state from a checkpoint; (step, cursor, skipped)."""
+    optimizer.load_state_dict(resume["optimizer"])
+    step, cursor = int(resume["step"]), int(resume["data"]["cursor"])
+    rngs = resume["rng"]
+    if len(rngs) == d.world:
+        ckpt.set_rng_state(rngs[d.rank])
+    else:
+        log(f"warning: checkpoint from {len(rngs)} ranks, running on {d.world}: dropout streams reseeded")
+        torch.manual_seed(cfg.seed + 1000 * step + d.rank)
+    if resume["data"].get("rows") not in (None, rows):
+        log(f"warning: the shards now hold {rows:,} rows, the checkpoint saw {resume['data']['rows']:,}; "
+            "the sample order changes")
+    return step, cursor, int(resume.get("skipped_steps", 0))
+
+
 def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
     run = Path(cfg.out)
     _check_run_dir(run)
@@ -246,18 +232,7 @@ def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
     optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
     step, cursor, bad_total = 0, 0, 0
     if resume is not None:
-        optimizer.load_state_dict(resume["optimizer"])
-        step, cursor = int(resume["step"]), int(resume["data"]["cursor"])
-        bad_total = int(resume.get("skipped_steps", 0))
-        rngs = resume["rng"]
-        if len(rngs) == d.world:
-            ckpt.set_rng_state(rngs[d.rank])
-        else:
-            log(f"warning: checkpoint from {len(rngs)} ranks, running on {d.world}: dropout streams reseeded")
-            torch.manual_seed(cfg.seed + 1000 * step + d.rank)
-        if resume["data"].get("rows") not in (None, len(data)):
-            log(f"warning: the shards now hold {len(data):,} rows, the checkpoint saw {resume['data']['rows']:,}; "
-                "the sample order changes")
+        step, cursor, bad_total = _restore(resume, optimizer, cfg, d, len(data), log)
         log(f"resuming from {latest} (step {step:,}, sample {cursor:,})")
     else:
         torch.manual_seed(cfg.seed + d.rank)  # dropout streams differ per rank
@@ -279,87 +254,12 @@ def _train(cfg: TrainConfig, d: parallel.Dist, log) -> dict:
     log(f"model: {format_count(model.num_params())} parameters ({config.num_hidden_layers} layers, hidden "
         f"{config.hidden_size}, {config.num_attention_heads} heads); data: {len(data):,} samples; global batch "
         f"{global_batch:,}; {d.world} x {d.device.type}, {precision}{', compiled' if cfg.compile else ''}")
+    trainer = Trainer(cfg, d, run, model, train_model, config, optimizer, schedule, loader, data, eval_data,
+                      writer, autocast, log, step=step, cursor=cursor, bad_total=bad_total)
     try:
         with _Stop() as stop:
-            return _loop(cfg, d, run, model, train_model, optimizer, schedule, loader, writer, autocast, config,
-                         data, eval_data, step, cursor, bad_total, stop, log)
+            return trainer.run_until_done(stop)
     finally:
         loader.close()
         if writer:
             writer.close()
-
-
-def _loop(cfg, d, run, model, train_model, optimizer, schedule, loader, writer, autocast, config, data,
-          eval_data, step, cursor, bad_total, stop, log) -> dict:
-    stats = StepStats(d.device)
-    peak = peak_flops(d.device)
-    last: dict = {"step": step}
-    bad_in_row = 0
-    interval_start, interval_samples, interval_tokens, interval_flops = time.perf_counter(), 0, 0, 0.0
-    params = [p for p in model.parameters() if p.requires_grad]
-    max_norm = cfg.clip_grad if cfg.clip_grad > 0 else math.inf
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not (d.is_main and cfg.progress), unit="step",
-               dynamic_ncols=True)
-    model.train()
-    while step < cfg.max_steps:
-        lr = schedule(step)
-        set_lr(optimizer, lr)
-        for micro in range(cfg.grad_accum):
-            batch = next(loader)
-            sync = train_model.no_sync() if d.ddp and micro < cfg.grad_accum - 1 else contextlib.nullcontext()
-            with sync:
-                with autocast:
-                    out = train_model(**batch.tensors)
-                (out.loss / cfg.grad_accum).backward()
-            stats.add(out, batch.tensors["masked_lm_labels"], batch.tensors["next_sentence_label"])
-            B, T, P = batch.shape
-            interval_samples += B
-            interval_tokens += batch.tokens
-            interval_flops += train_flops(config, B, T, P)
-            cursor = batch.cursor
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))  # one sync per step
-        if math.isfinite(grad_norm):
-            optimizer.step()
-            bad_in_row = 0
-        else:  # skip: leave weights and optimizer state as they were
-            bad_in_row += 1
-            bad_total += 1
-            log(f"step {step + 1:,}: non-finite loss or gradient; step skipped ({bad_in_row} in a row)")
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        bar.update(1)
-        if bad_in_row >= cfg.max_bad_steps:
-            raise BertmodelError(f"{bad_in_row} steps in a row with a non-finite loss or gradient (up to step "
-                                 f"{step:,}); lower --lr, use fp32, or check the data. Weights are those of the last "
-                                 "checkpoint; rerun resumes from there")
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
-            elapsed = time.perf_counter() - interval_start
-            totals = parallel.all_reduce_sum(
-                torch.cat([stats.totals(), torch.tensor([interval_samples, interval_tokens, interval_flops],
-                                                        dtype=torch.float64, device=d.device)]), d)
-            summary = StepStats.summarize(totals[:-3])
-            samples, tokens, flops = totals[-3:].tolist()
-            last = {"step": step, **summary, "lr": lr, "grad_norm": grad_norm, "samples_per_s": samples / elapsed,
-                    "tokens_per_s": tokens / elapsed, "skipped_steps": bad_total}
-            if peak:
-                last["mfu"] = flops / elapsed / (peak * d.world)
-            if writer:
-                writer.write(last)
-            bar.set_postfix(loss=f"{summary['loss']:.3f}", mlm_acc=f"{summary['mlm_acc']:.3f}", lr=f"{lr:.2e}")
-            stats.reset()
-            interval_start, interval_samples, interval_tokens, interval_flops = time.perf_counter(), 0, 0, 0.0
-        if eval_data is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.max_steps):
-            record = {"step": step, **evaluate(model, eval_data, cfg, d, autocast, config.max_position_embeddings)}
-            if writer:
-                writer.write(record)
-            log(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
-            last.update(record)
-        stopping = parallel.any_rank(stop.requested, d) or step == cfg.stop_at
-        if step % cfg.save_every == 0 or step == cfg.max_steps or stopping:
-            _save(run, step, model, optimizer, cursor, config, cfg, data, d, bad_total, log)
-        if stopping:
-            log(f"stopped at step {step:,}" + (" on a signal" if stop.requested else "") +
-                "; rerun the same command to resume")
-            break
-    bar.close()
-    return last
