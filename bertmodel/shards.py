@@ -52,6 +52,8 @@ class TokenizerInfo:
             return f"tokenizer fingerprint {self.fingerprint[:12]} vs {other.fingerprint[:12]}"
         if self.vocab_sha256 and other.vocab_sha256 and self.vocab_sha256 != other.vocab_sha256:
             return "vocab.txt contents differ"
+        if self.lowercase is not None and other.lowercase is not None and self.lowercase != other.lowercase:
+            return f"lowercase {self.lowercase} vs {other.lowercase}"
         return None
 
 
