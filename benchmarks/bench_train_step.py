@@ -4,17 +4,23 @@ Same config, same weights, same batch (seq 128, 20 prediction slots), both in tr
 mode (dropout on), same optimizer (torch AdamW with our decay groups, fused where this
 torch has it), one step = forward + backward + clip + optimizer step. transformers gets
 labels over the whole sequence (-100 except at the masked positions), as its
-BertForPreTraining requires. Runs are interleaved (ours, theirs, ours, ...) and the
-median is reported, because CPU timings on a shared machine drift.
+BertForPreTraining requires. By default each model is timed in a fresh process,
+alternating (ours, theirs, ours, theirs), and the median step is reported: CPU timings
+on a shared machine drift, and with both models alive in one process (--same-process)
+our steps measured ~15-25% slower than alone while transformers' did not change, an
+interaction (allocator state, twice the memory) that a real run never has.
 
 Targets (issue #4): ours <= 0.5x transformers for mini, <= 0.8x for base.
 
-  python benchmarks/bench_train_step.py [--presets mini base] [--data SHARD_DIR] [--reps 3] [--threads N]
+  python benchmarks/bench_train_step.py [--presets mini base] [--data SHARD_DIR] [--reps 3] [--rounds 2]
+         [--threads N] [--same-process]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,23 +99,57 @@ def stepper(model, inputs: dict):
     return step
 
 
-def bench_preset(name: str, ds: ShardDataset, reps: int) -> dict:
+def build_pair(name: str, ds: ShardDataset):
+    """(batch size, batch, our step fn, transformers' step fn), same weights."""
     B = BATCH[name]
     b = full_batch(ds, B)
     config = BertConfig.preset(name, vocab_size=ds.tokenizer.vocab_size)
     torch.manual_seed(0)
     ours = BertForPreTraining(config)
     theirs = hf_model(config, ours)
-    ours_step, theirs_step = stepper(ours, b), stepper(theirs, hf_inputs(b))
-    ours_step(), theirs_step()  # warm-up (allocator, optimizer state)
-    times = {"ours": [], "theirs": []}
-    for _ in range(reps):
-        times["ours"].append(ours_step())
-        times["theirs"].append(theirs_step())
+    return B, b, stepper(ours, b), stepper(theirs, hf_inputs(b))
+
+
+def worker(args) -> int:
+    """--worker ours|hf: time one model alone in this process; print the step times (JSON)."""
+    ds = ShardDataset([open_shard_dir(args.data, verify="size")])
+    _, _, ours_step, theirs_step = build_pair(args.presets[0], ds)
+    step = ours_step if args.worker == "ours" else theirs_step
+    step()  # warm-up (allocator, optimizer state)
+    print(json.dumps([step() for _ in range(args.reps)]))
+    return 0
+
+
+def summarize(name: str, B: int, b: dict, times: dict) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"preset": name, "batch": B, "seq": b["input_ids"].shape[1], "pred": b["masked_lm_positions"].shape[1],
             "ours_ms": 1e3 * med["ours"], "theirs_ms": 1e3 * med["theirs"], "ratio": med["ours"] / med["theirs"],
             "ours_samples_s": B / med["ours"], "spread": {k: (min(v) * 1e3, max(v) * 1e3) for k, v in times.items()}}
+
+
+def bench_isolated(name: str, ds: ShardDataset, directory: Path, args) -> dict:
+    """Each model in a fresh process, alternating (ours, hf, ours, hf, ...): neither
+    inherits the other's allocator state or memory footprint, as in a real run."""
+    times = {"ours": [], "theirs": []}
+    for _ in range(args.rounds):
+        for which, key in (("ours", "ours"), ("hf", "theirs")):
+            cmd = [sys.executable, __file__, "--worker", which, "--presets", name, "--data", str(directory),
+                   "--reps", str(args.reps)] + (["--threads", str(args.threads)] if args.threads else [])
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            times[key].extend(json.loads(done.stdout.strip().splitlines()[-1]))
+    B = BATCH[name]
+    return summarize(name, B, full_batch(ds, B), times)
+
+
+def bench_same_process(name: str, ds: ShardDataset, args) -> dict:
+    """Both models alive in this process, steps interleaved."""
+    B, b, ours_step, theirs_step = build_pair(name, ds)
+    ours_step(), theirs_step()  # warm-up (allocator, optimizer state)
+    times = {"ours": [], "theirs": []}
+    for _ in range(args.reps * args.rounds):
+        times["ours"].append(ours_step())
+        times["theirs"].append(theirs_step())
+    return summarize(name, B, b, times)
 
 
 def loading_rate(ds: ShardDataset, batch: int = 256, seconds: float = 3.0) -> tuple[float, float]:
@@ -136,12 +176,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["mini", "base"], choices=list(BATCH))
     ap.add_argument("--data", help="a shard directory (default: Wikipedia shards built from ../shared/data)")
-    ap.add_argument("--reps", type=int, default=3, help="timed steps per model (after one warm-up)")
+    ap.add_argument("--reps", type=int, default=3, help="timed steps per model and round (after one warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of the two models")
+    ap.add_argument("--same-process", action="store_true",
+                    help="both models in this process, steps interleaved (default: one process per model and round)")
+    ap.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice). On a shared machine "
                     "--threads 1 gives steadier ratios: OpenMP teams stall when another process takes a core")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.worker:
+        return worker(args)
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -151,12 +197,16 @@ def main(argv=None) -> int:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads on {os.cpu_count()} cores "
-          f"(load average {load:.1f}), fused AdamW for both models")
+          f"(load average {load:.1f}), fused AdamW for both models, "
+          + ("both in one process" if args.same_process else "each model in its own process"))
     with tempfile.TemporaryDirectory() as tmp:
         directory = shard_dir(args, Path(tmp))
         ds = ShardDataset([open_shard_dir(directory, verify="size")])
         print(f"data: {directory} ({len(ds):,} rows)")
-        results = [bench_preset(p, ds, args.reps) for p in args.presets]
+        if args.same_process:
+            results = [bench_same_process(p, ds, args) for p in args.presets]
+        else:
+            results = [bench_isolated(p, ds, directory, args) for p in args.presets]
         collate_rate, loader_rate = loading_rate(ds)
     targets = {"mini": 0.5, "base": 0.8}
     print(f"\n{'preset':<8}{'batch':>6}{'seq':>5}{'pred':>5}{'ours ms':>10}{'hf ms':>10}{'ratio':>8}{'target':>8}")
