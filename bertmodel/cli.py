@@ -10,6 +10,7 @@ import click
 
 from bertmodel import __version__
 from bertmodel.config import PRESETS
+from bertmodel.demo import DEMO_STEPS
 from bertmodel.train import TrainConfig
 from bertprep.cli import OneLineErrors, describe_os_error
 from bertprep.errors import BertprepError
@@ -170,6 +171,28 @@ def fill_mask_command(model, text, top_k, device):
         click.echo(f"[MASK] {n}:")
         for g in options:
             click.echo(f"  {g.token:<20} {g.prob:.4f}")
+
+
+
+@main.command("demo", context_settings=CONTEXT_SETTINGS)
+@click.option("--out", type=click.Path(file_okay=False), default="demo-output", show_default=True,
+              help="Folder for every artifact (corpus, tokenizer, shards, run, model); a rerun reuses finished steps.")
+@click.option("--steps", type=click.IntRange(min=1), default=DEMO_STEPS, show_default=True, help="Pre-training steps.")
+@click.option("--preset", type=click.Choice(list(PRESETS)), default="tiny", show_default=True, help="Model size.")
+def demo_command(out, steps, preset):
+    """Run the whole pipeline on a built-in corpus, printing each command it runs.
+
+    The corpus is this Python's standard-library docstrings (no download): train a
+    tokenizer, build and inspect shards, pre-train a tiny BERT on the CPU, export it for
+    transformers, and fill in some [MASK]s.
+
+    \b
+    Example:
+      bertmodel demo --out demo-output
+    """
+    from bertmodel.demo import run_demo
+
+    run_demo(out, steps=steps, preset=preset)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,141 @@
+"""The main job end to end on a built-in corpus: what `make demo` runs.
+
+Every step is the real command a user would type, run as a subprocess and printed
+first, so the demo doubles as a transcript to copy from:
+
+    stdlib-corpus -> train-tokenizer -> build-shards (train + held-out) -> inspect
+    -> pretrain (tiny BERT, CPU) -> export-hf -> fill-mask
+
+The corpus is the documentation strings of this Python's standard library: real
+English, on every machine with Python, nothing to download. A step whose output is
+already complete is skipped, so running the demo again resumes instead of redoing.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+
+import click
+
+HELD_OUT_EVERY = 25  # every 25th document goes to the evaluation corpus
+DEMO_STEPS = 1500  # a few minutes on a laptop CPU for the tiny preset
+
+FILL_MASK_EXAMPLES = (
+    "Return a new [MASK] containing the items of the iterable.",
+    "Raise a [MASK] if the file does not exist.",
+    "If the optional argument is [MASK], the default value is used.",
+)
+
+
+class Step:
+    def __init__(self, out: pathlib.Path, verbose: bool):
+        self.out = out
+        self.verbose = verbose
+        self.started = time.perf_counter()
+
+    def banner(self, text: str) -> None:
+        elapsed = time.perf_counter() - self.started
+        click.secho(f"\n== {text}  [{elapsed:5.0f} s]", bold=True)
+
+    def run(self, program: str, *args: str) -> str:
+        """Run `program args` (bertprep or bertmodel) with this interpreter."""
+        shown = " ".join(shlex.quote(a) for a in (program, *args))
+        click.secho(f"$ {shown}", fg="cyan")
+        module = {"bertprep": "bertprep.cli", "bertmodel": "bertmodel.cli"}[program]
+        cmd = [sys.executable, "-c", f"from {module} import main; main()", *args]
+        result = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        click.echo(result.stdout, nl=False)
+        if result.returncode != 0:
+            raise click.ClickException(f"the demo stopped: `{shown}` failed (exit {result.returncode})")
+        return result.stdout
+
+
+def split_held_out(corpus: pathlib.Path, train: pathlib.Path, held_out: pathlib.Path) -> tuple[int, int]:
+    """Every HELD_OUT_EVERY-th document to `held_out`, the rest to `train`."""
+    documents = [d for d in corpus.read_text(encoding="utf-8").split("\n\n") if d.strip()]
+    kept = [d for i, d in enumerate(documents) if i % HELD_OUT_EVERY]
+    evaluation = [d for i, d in enumerate(documents) if not i % HELD_OUT_EVERY]
+    train.write_text("\n\n".join(d.strip("\n") for d in kept) + "\n", encoding="utf-8")
+    held_out.write_text("\n\n".join(d.strip("\n") for d in evaluation) + "\n", encoding="utf-8")
+    return len(kept), len(evaluation)
+
+
+def summarize_training(run: pathlib.Path) -> list[str]:
+    """First and last logged training metrics, and every evaluation."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    train = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval_mlm_acc" in r]
+    lines = []
+    if train:
+        first, last = train[0], train[-1]
+        lines.append(
+            f"training: step {first['step']} loss {first['loss']:.3f}, MLM accuracy {first['mlm_acc']:.3f}"
+            f"  ->  step {last['step']} loss {last['loss']:.3f}, MLM accuracy {last['mlm_acc']:.3f}"
+        )
+    for r in evals:
+        lines.append(
+            f"held-out evaluation at step {r['step']}: MLM accuracy {r['eval_mlm_acc']:.3f}, "
+            f"NSP accuracy {r['eval_nsp_acc']:.3f}"
+        )
+    return lines
+
+
+def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool = True) -> None:
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    step = Step(out, verbose)
+    corpus_dir = out / "corpus"
+    corpus_dir.mkdir(exist_ok=True)
+    corpus = corpus_dir / "stdlib-docstrings.txt"
+    train_txt, eval_txt = corpus_dir / "train.txt", corpus_dir / "held-out.txt"
+    tokenizer, shards, eval_shards = out / "tokenizer", out / "shards", out / "eval-shards"
+    run, model = out / "run", out / "model"
+    cache = out / "cache"
+
+    step.banner("1/7 A corpus that needs no download: the standard library's docstrings")
+    if not corpus.exists():
+        step.run("bertprep", "stdlib-corpus", "--out", str(corpus))
+    train_docs, eval_docs = split_held_out(corpus, train_txt, eval_txt)
+    click.echo(f"{train_docs:,} documents for training, {eval_docs:,} held out for evaluation")
+
+    step.banner("2/7 Train a WordPiece vocabulary")
+    if not (tokenizer / "vocab.txt").exists():
+        step.run("bertprep", "train-tokenizer", str(train_txt), "--out", str(tokenizer), "--vocab-size", "8000", "--quiet")
+    step.run("bertprep", "encode", "--tokenizer", str(tokenizer), "Return the number of items in a sequence.")
+
+    step.banner("3/7 Build masked next-sentence-prediction shards")
+    if not (shards / "manifest.json").exists():
+        step.run("bertprep", "build-shards", str(train_txt), "--tokenizer", str(tokenizer), "--out", str(shards),
+                 "--dupe-factor", "5", "--cache-dir", str(cache), "--quiet")
+    if not (eval_shards / "manifest.json").exists():
+        step.run("bertprep", "build-shards", str(eval_txt), "--tokenizer", str(tokenizer), "--out", str(eval_shards),
+                 "--dupe-factor", "1", "--seed", "7", "--cache-dir", str(cache), "--quiet")
+
+    step.banner("4/7 Inspect them: statistics re-measured from the rows")
+    step.run("bertprep", "inspect", str(shards), "--show", "1")
+
+    step.banner(f"5/7 Pre-train a {preset} BERT on the CPU for {steps} steps")
+    step.run("bertmodel", "pretrain", "--data", str(shards), "--eval-data", str(eval_shards), "--out", str(run),
+             "--preset", preset, "--max-steps", str(steps), "--batch-size", "32", "--lr", "1e-3",
+             "--warmup-steps", str(max(steps // 10, 1)), "--save-every", str(max(steps // 3, 1)),
+             "--eval-every", str(max(steps // 3, 1)), "--eval-batches", "20", "--log-every", "20", "--device", "cpu")
+    for line in summarize_training(run):
+        click.echo(line)
+
+    step.banner("6/7 Export a transformers BertForPreTraining directory")
+    step.run("bertmodel", "export-hf", str(run), str(model))
+
+    step.banner("7/7 Ask it to fill in the blanks")
+    for text in FILL_MASK_EXAMPLES:
+        step.run("bertmodel", "fill-mask", str(model), text, "--top-k", "5")
+
+    step.banner("Done")
+    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, metrics.jsonl), model/")
+    click.echo("Load the model in transformers:")
+    click.echo("  from transformers import BertForPreTraining, AutoTokenizer")
+    click.echo(f"  model = BertForPreTraining.from_pretrained({str(model)!r})")
+    click.echo(f"  tokenizer = AutoTokenizer.from_pretrained({str(model)!r})")
