@@ -22,7 +22,7 @@ import time
 import click
 
 HELD_OUT_EVERY = 25  # every 25th document goes to the evaluation corpus
-DEMO_STEPS = 1500  # a few minutes on a laptop CPU for the tiny preset
+DEMO_STEPS = 2000  # about 5 minutes on a 2-core CPU for the tiny preset
 
 FILL_MASK_EXAMPLES = (
     "Return a new [MASK] containing the items of the iterable.",
