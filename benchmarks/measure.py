@@ -26,22 +26,45 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def tree_rss(pid: int) -> int:
-    total, stack = 0, [pid]
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size: shared pages divided among the processes sharing them,
+    so forked workers' copy-on-write pages are not counted once per worker."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _tree(pid: int) -> list[int]:
+    pids, stack = [], [pid]
     while stack:
         p = stack.pop()
-        total += _rss_bytes(p)
+        pids.append(p)
         stack.extend(_children(p))
-    return total
+    return pids
 
 
-def run_measured(cmd: list[str], env: dict | None = None, interval: float = 0.02) -> tuple[float, int, str]:
-    """(seconds, peak tree RSS in bytes, combined output); raises if the command fails."""
+def tree_rss(pid: int) -> int:
+    return sum(_rss_bytes(p) for p in _tree(pid))
+
+
+def tree_pss(pid: int) -> int:
+    return sum(_pss_bytes(p) for p in _tree(pid))
+
+
+def run_measured(cmd: list[str], env: dict | None = None, interval: float = 0.02, pss: bool = False) -> tuple[float, int, str]:
+    """(seconds, peak tree RSS in bytes, combined output); raises if the command fails.
+    With pss=True the peak is of the summed proportional set size instead."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     peak = 0
+    measure = tree_pss if pss else tree_rss
     while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
+        peak = max(peak, measure(proc.pid))
         time.sleep(interval)
     seconds = time.perf_counter() - start
     output = proc.stdout.read().decode(errors="replace")
