@@ -20,10 +20,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from bertprep import __version__, schema
+from bertprep import __version__, readers, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_tasks import TaskContext, gather_shard, merge_stats, pair_partition, scatter_partition
-from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents
+from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import LocalExecutor, default_workers
 from bertprep.instances import PairConfig
@@ -232,11 +232,22 @@ def _inputs_label(spec: CorpusSpec) -> str:
     return ", ".join(spec.paths) if len(spec.paths) <= 3 else f"{spec.paths[0]} (+{len(spec.paths) - 1} more)"
 
 
+def _expected_text_bytes(spec: CorpusSpec) -> int | None:
+    """The progress bar's total (for an ETA) when it can be known up front: plain
+    uncompressed text files, whose size is about their text's size."""
+    if spec.dataset:
+        return None
+    files = resolve_input_files(spec)
+    if any(readers.format_of(f) != "text" or readers.compression_of(f) for f in files):
+        return None
+    return sum(f.stat().st_size for f in files)
+
+
 def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings) -> list[dict]:
     documents = iter_documents(spec, read_stats)
     calls = ((ctx, p) for p in iter_partitions(documents, config.partition_bytes))
     results = []
-    bar = progress_bar(progress, desc="tokenize+pair", unit="B", unit_scale=True, unit_divisor=1024)
+    bar = progress_bar(progress, total=_expected_text_bytes(spec), desc="tokenize+pair", unit="B", unit_scale=True, unit_divisor=1024)
     docs = 0
     with bar:
         for result in executor.imap_unordered(pair_partition, calls, max_in_flight=config.workers + 1):
