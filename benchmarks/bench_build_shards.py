@@ -15,7 +15,6 @@ import pathlib
 import shutil
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_corpus import REPO, shared_data_or_exit, write_corpus  # noqa: E402

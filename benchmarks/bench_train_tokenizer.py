@@ -29,7 +29,7 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DATA_CANDIDATES = [REPO.parent / "shared" / "data", pathlib.Path("/work/shared/data")]
+DATA_CANDIDATES = [REPO.parent / "shared" / "data"]
 VOCAB_SIZE = 30522
 
 

@@ -93,6 +93,7 @@ def test_same_bytes_with_one_or_two_workers(corpus, vocab, tmp_path):
     two = build(corpus, vocab, tmp_path / "two", tmp_path / "c2", workers=2, partition_bytes=4096, num_shards=3)
     assert one.manifest["totals"]["partitions"] > 3
     assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two")
+    assert one.manifest == two.manifest
 
 
 def test_seed_changes_the_output(corpus, vocab, tmp_path):

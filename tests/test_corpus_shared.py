@@ -6,15 +6,12 @@ sentences in "lines" mode are its non-blank lines minus the <doc>/</doc> tags an
 """
 from __future__ import annotations
 
-import pathlib
 
 import pytest
 
 from bertprep.corpus import CorpusSpec, ReadStats, iter_documents
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 WIKITEXT = DATA / "wikitext-2-raw-train-head.txt"
 WIKIEXTRACTOR = DATA / "enwiki_wikiextractor"
 GOOGLE = DATA / "google_sample_text.txt"

@@ -1,7 +1,6 @@
 """`bertprep encode`: tokens or ids, one line per input, one-line errors."""
 from __future__ import annotations
 
-import pathlib
 
 import pytest
 from click.testing import CliRunner
@@ -9,9 +8,7 @@ from click.testing import CliRunner
 from bertprep.cli import main
 from bertprep.tokenizer import build_tokenizer
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 UNCASED = DATA / "bert-base-uncased-vocab.txt"
 CASED = DATA / "bert-base-cased-vocab.txt"
 needs_data = pytest.mark.skipif(not UNCASED.is_file(), reason=f"shared data not found at {DATA}")

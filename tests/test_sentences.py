@@ -12,9 +12,7 @@ import pytest
 
 from bertprep.sentences import split_sentences
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 WIKI_00 = DATA / "enwiki_wikiextractor" / "wiki_00"
 WIKITEXT = DATA / "wikitext-2-raw-train-head.txt"
 

@@ -10,9 +10,7 @@ import pytest
 from bertprep.errors import BertprepError
 from bertprep.tokenizer import SPECIAL_TOKENS, SpecialIds, build_tokenizer, infer_lowercase, load_tokenizer
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 UNCASED = DATA / "bert-base-uncased-vocab.txt"
 CASED = DATA / "bert-base-cased-vocab.txt"
 needs_data = pytest.mark.skipif(not UNCASED.is_file(), reason=f"shared data not found at {DATA}")

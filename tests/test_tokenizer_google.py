@@ -13,9 +13,7 @@ import pytest
 
 from bertprep.tokenizer import load_tokenizer
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 UNCASED = DATA / "bert-base-uncased-vocab.txt"
 CASED = DATA / "bert-base-cased-vocab.txt"
 CORPORA = [DATA / "wikitext-2-raw-train-head.txt", DATA / "google_sample_text.txt",

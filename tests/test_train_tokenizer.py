@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import pathlib
 import random
 
 import pytest
@@ -12,9 +11,7 @@ from bertprep.cli import main
 from bertprep.errors import BertprepError
 from bertprep.wordpiece_training import TokenizerTrainingConfig, _BottomSample, train_tokenizer
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 TRAIN_FILES = [DATA / "wikitext-2-raw-train-head.txt", DATA / "enwiki_wikiextractor" / "wiki_00",
                DATA / "enwiki_wikiextractor" / "wiki_01"]
 needs_data = pytest.mark.skipif(not TRAIN_FILES[0].is_file(), reason=f"shared data not found at {DATA}")
@@ -39,7 +36,7 @@ def test_summary_and_files(tokdir):
         ["vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "training.json"])
     lines = result.stdout.splitlines()
     assert lines[0].startswith("read 3 files, 3.0 MB, ")
-    assert f"vocabulary: 3,000 entries (requested 3,000), alphabet " in result.stdout
+    assert "vocabulary: 3,000 entries (requested 3,000), alphabet " in result.stdout
     assert result.stderr == ""  # no warnings: the corpus supports 3,000 entries
     report = json.loads((out / "training.json").read_text())["report"]
     assert report["vocab_size"] == VOCAB_SIZE and report["shortfall"] == 0

@@ -13,9 +13,7 @@ import sys
 
 import pytest
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = pathlib.Path("/work/shared/data")
+from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 CORPUS = [DATA / "wikitext-2-raw-train-head.txt", DATA / "enwiki_wikiextractor"]
 COMPARED = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "training.json")
 
