@@ -141,11 +141,14 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
     return result
 
 
-def _plan(spec: CorpusSpec, tok, config: BuildConfig) -> dict:
+def _plan(spec: CorpusSpec, inputs: list[dict], tok, config: BuildConfig) -> dict:
+    """What the work in OUT.partial was made from. The inputs' content hashes are part
+    of it, so work left from an input that has since changed is never reused."""
     return {
         "format_version": schema.FORMAT_VERSION,
         "options": config.output_options(),
         "corpus": asdict(spec),
+        "inputs": inputs,
         "tokenizer": tok.fingerprint(),
     }
 
@@ -176,7 +179,8 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
 
 
 def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
-    plan = _plan(spec, tok, config)
+    inputs = input_fingerprints(spec)
+    plan = _plan(spec, inputs, tok, config)
     work = _prepare_work_dir(staging, plan)
     tokenizer_files = tok.save(staging)
     cache_dir = pathlib.Path(config.cache_dir) if config.cache_dir else default_cache_dir()
@@ -193,7 +197,6 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     )
     read_stats = ReadStats()
     warnings: list[str] = []
-    inputs = input_fingerprints(spec)
     with LocalExecutor(config.workers) as executor:
         partitions = _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings)
         total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)

@@ -239,3 +239,22 @@ def test_real_wikipedia_shards_pass_the_contract_validator(tmp_path):
     assert 0.52 < stats["next_sentence_random_fraction"] < 0.60
     assert abs(stats["share_mask"] - 0.8) < 0.02 and abs(stats["share_random"] - 0.1) < 0.02
     assert os.path.exists(out / "tokenizer.json")
+
+
+def test_work_from_a_changed_input_is_not_reused(vocab, tmp_path, monkeypatch):
+    # An interrupted build leaves OUT.partial; if the input changes before the rerun,
+    # the rerun must start over, not mix old partitions into new shards.
+    corpus = write_corpus(tmp_path / "corpus.txt", documents=80, seed=1)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertprep.build.gather_shard", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build(corpus, vocab, tmp_path / "out", tmp_path / "c")
+    assert (staging_path(tmp_path / "out") / "work").is_dir()
+    monkeypatch.undo()
+    write_corpus(corpus, documents=80, seed=2)
+    build(corpus, vocab, tmp_path / "out", tmp_path / "c")
+    build(corpus, vocab, tmp_path / "fresh", tmp_path / "c2")
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "fresh")
