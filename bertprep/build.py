@@ -204,7 +204,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
             raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
-        stats = _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress)
+        stats = _scatter_stage(ctx, partitions, num_shards, executor, progress)
         warnings.extend(_nsp_warnings(stats, partitions))
         shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
     for warning in warnings:
@@ -212,6 +212,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     manifest = build_manifest(
         version=__version__,
         options=config.output_options(),
+        corpus={**asdict(spec), "paths": list(spec.paths)},
         inputs=inputs,
         tok=tok,
         tokenizer_files=tokenizer_files,
@@ -297,7 +298,7 @@ def _nsp_warnings(stats: dict, partitions: list[dict]) -> list[str]:
     return [f"{fraction:.1%} of NSP pairs have a random B (the reference gives about 50%): {why}"]
 
 
-def _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress) -> dict:
+def _scatter_stage(ctx, partitions, num_shards, executor, progress) -> dict:
     # Global row offset of each (partition, pass), in the fixed order passes x partitions.
     offsets, running = {}, 0
     for dupe in range(ctx.dupe_factor):
@@ -305,7 +306,7 @@ def _scatter_stage(ctx, partitions, num_shards, total_rows, executor, progress) 
             offsets[(p["index"], dupe)] = running
             running += p["rows_per_pass"][dupe]
     calls = [
-        (ctx, p["index"], p["text_hash"], [offsets[(p["index"], d)] for d in range(ctx.dupe_factor)], num_shards, total_rows)
+        (ctx, p["index"], p["text_hash"], [offsets[(p["index"], d)] for d in range(ctx.dupe_factor)], num_shards)
         for p in partitions
     ]
     all_stats = []

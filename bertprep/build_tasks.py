@@ -60,15 +60,18 @@ def stream_seed(*parts) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
-# Workers load the tokenizer once per process.
-_TOKENIZERS: dict[str, tuple[LoadedTokenizer, SentenceEncoder | None]] = {}
+# Workers load the tokenizer once per process. Keyed by its fingerprint too: the same
+# output directory rebuilt with another tokenizer in one process must not reuse it.
+_TOKENIZERS: dict[tuple[str, str, str], tuple[LoadedTokenizer, SentenceEncoder | None]] = {}
 
 
 def _tokenizer(ctx: TaskContext, need_encoder: bool = False):
-    key = ctx.tokenizer_dir
+    key = (ctx.tokenizer_dir, ctx.tokenizer_fingerprint, ctx.engine)
     tok, encoder = _TOKENIZERS.get(key, (None, None))
     if tok is None:
         tok = load_tokenizer(ctx.tokenizer_dir)
+        if tok.fingerprint() != ctx.tokenizer_fingerprint:
+            raise RuntimeError(f"{ctx.tokenizer_dir}: tokenizer changed during the build")
     if need_encoder and encoder is None:
         encoder = SentenceEncoder(tok, ctx.engine)
     _TOKENIZERS[key] = (tok, encoder)
@@ -102,10 +105,12 @@ def pair_partition(ctx: TaskContext, partition: PartitionText) -> dict:
     partition = finish(partition)
     marker = _work(ctx, f"pairs-{partition.index:06d}.json")
     done = _read_marker(marker)
-    if done is not None and done["text_hash"] == partition.text_hash:
-        return done  # finished by an earlier, interrupted run
-    tok, encoder = _tokenizer(ctx, need_encoder=True)
     cache = TokenCache(ctx.cache_dir)
+    # Finished by an earlier, interrupted run, and its tokens are still cached (a later
+    # stage reads them; a cleaned or different cache means tokenizing again).
+    if done is not None and done["text_hash"] == partition.text_hash and cache.has(partition.text_hash, ctx.tokenizer_fingerprint):
+        return done
+    tok, encoder = _tokenizer(ctx, need_encoder=True)
     part = cache.load(partition.text_hash, ctx.tokenizer_fingerprint)
     engine, mismatches, cached = "cache", 0, part is not None
     if part is None:
@@ -163,7 +168,7 @@ def _record_batch(rows, masked, vocab_size: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema.shard_schema(vocab_size))
 
 
-def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets: list[int], num_shards: int, total_rows: int) -> dict:
+def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets: list[int], num_shards: int) -> dict:
     """Mask every pass of one partition and write its rows as `num_shards` record
     batches, batch s holding the rows bound for shard s. Rows are dealt to shards round-robin in a random order, continuing
     from the partition's global row offset, so shards end up within one row of equal."""

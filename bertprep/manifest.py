@@ -29,11 +29,12 @@ def observed_statistics(stats: dict, options: dict) -> dict:
     }
 
 
-def build_manifest(*, version, options, inputs, tok, tokenizer_files, shards, partitions, stats, read_stats) -> dict:
+def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, shards, partitions, stats, read_stats) -> dict:
     return {
         "format_version": schema.FORMAT_VERSION,
         "created_by": f"bertprep {version}",
         "options": options,
+        "corpus": corpus,  # how the inputs were read: paths, --sentences, --text-field, dataset
         "inputs": inputs,
         "tokenizer": {
             "fingerprint": tok.fingerprint(),

@@ -52,7 +52,7 @@ def iter_partitions(documents: Iterable[list[str]], target_bytes: int) -> Iterat
     index = 0
     for doc in documents:
         current.append(doc)
-        size += sum(len(s) for s in doc) + len(doc)
+        size += sum(len(s.encode("utf-8", "surrogatepass")) for s in doc) + len(doc)  # UTF-8 bytes
         if size >= target_bytes and len(current) >= MIN_DOCUMENTS:
             if pending is not None:
                 yield pending
@@ -109,6 +109,9 @@ class TokenCache:
             f"{CACHE_FORMAT}:{tokenizer_fingerprint}:{text_hash}".encode(), digest_size=20
         ).hexdigest()
         return self.directory / key[:2] / f"{key}.npz"
+
+    def has(self, text_hash: str, tokenizer_fingerprint: str) -> bool:
+        return self.path(text_hash, tokenizer_fingerprint).is_file()
 
     def load(self, text_hash: str, tokenizer_fingerprint: str) -> TokenizedPartition | None:
         path = self.path(text_hash, tokenizer_fingerprint)

@@ -258,3 +258,33 @@ def test_work_from_a_changed_input_is_not_reused(vocab, tmp_path, monkeypatch):
     build(corpus, vocab, tmp_path / "out", tmp_path / "c")
     build(corpus, vocab, tmp_path / "fresh", tmp_path / "c2")
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "fresh")
+
+
+def test_rebuild_with_another_tokenizer_in_one_process(corpus, vocab, tmp_path):
+    # Workers (and the in-process executor) keep the loaded tokenizer; a rebuild of the
+    # same OUT with another vocabulary must use the new one, and must not poison the
+    # token cache shared by both builds.
+    words = vocab.read_text().split("\n")
+    other = tmp_path / "other-vocab.txt"
+    other.write_text("\n".join(words[:7] + list(reversed(words[7:-1]))) + "\n")
+    build(corpus, vocab, tmp_path / "out", tmp_path / "cache")
+    config = BuildConfig(workers=1, cache_dir=str(tmp_path / "cache"))
+    build_shards(CorpusSpec(paths=(str(corpus),)), other, tmp_path / "out", config, overwrite=True, progress=False)
+    build(corpus, other, tmp_path / "fresh", tmp_path / "fresh-cache")
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "fresh")
+
+
+def test_resume_after_the_token_cache_was_cleaned(corpus, vocab, tmp_path, monkeypatch):
+    import shutil
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertprep.build.scatter_partition", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build(corpus, vocab, tmp_path / "out", tmp_path / "cache")
+    monkeypatch.undo()
+    shutil.rmtree(tmp_path / "cache")
+    build(corpus, vocab, tmp_path / "out", tmp_path / "cache")
+    build(corpus, vocab, tmp_path / "straight", tmp_path / "cache2")
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "straight")
