@@ -125,6 +125,12 @@ def test_row_and_masking_invariants(part, seed, max_seq, max_pred, prob, whole_w
         wanted = min(max_pred, max(1, round(length * prob)), length - 3)
         if whole_word:
             assert len(positions) <= wanted
+            # A "##" piece belongs to the previous piece's word, never across [SEP]:
+            # every word is masked whole or not at all.
+            chosen = set(positions.tolist())
+            for p in range(2, length - 1):
+                if p - 1 != a_len + 1 and p != a_len + 1 and VOCAB.is_continuation[before[p]]:
+                    assert (p in chosen) == (p - 1 in chosen), (p, before.tolist(), sorted(chosen))
         else:
             assert len(positions) == wanted
 
@@ -196,3 +202,31 @@ def test_next_sentence_random_fraction_matches_reference_behaviour():
         assert len(pairs) > 5_000
     mean = float(np.mean(fractions))
     assert 0.5 < mean < 0.65
+
+
+def test_pairs_follow_the_reference_shapes():
+    """What the invariants above cannot see: A spans a random number of sentences, B
+    follows A exactly when not truncated, a random B starts at a random sentence, and
+    truncation cuts from the front as often as from the back."""
+    rng = np.random.default_rng(5)
+    short_sentences = make_partition([[5] * 30 for _ in range(200)])
+    pairs = np.concatenate([build_pairs(short_sentences, PairConfig(), random.Random(s)) for s in range(3)])
+    so = set(short_sentences.sentence_offsets.tolist())
+    do = set(short_sentences.sentence_offsets[short_sentences.document_offsets].tolist())
+    untruncated_next = pairs[(pairs[:, 4] == 0) & (pairs[:, 1] + pairs[:, 3] < 125)]
+    assert len(untruncated_next) > 100
+    assert np.array_equal(untruncated_next[:, 2], untruncated_next[:, 0] + untruncated_next[:, 1])
+    assert all(a in so for a in untruncated_next[:, 0].tolist())
+    a_sentences = untruncated_next[:, 1] // 5
+    assert len(set(a_sentences.tolist())) > 10  # the split point is uniform over the chunk
+    random_b = pairs[pairs[:, 4] == 1]
+    at_document_start = np.mean([b in do for b in random_b[:, 2].tolist()])
+    assert at_document_start < 0.2  # ~1/30 when the start sentence is uniform
+
+    long_sentences = make_partition([list(rng.integers(60, 100, 6)) for _ in range(200)])
+    starts = set(long_sentences.sentence_offsets.tolist())
+    pairs = np.concatenate([build_pairs(long_sentences, PairConfig(), random.Random(s)) for s in range(3)])
+    # Every pair here is truncated (two sentences exceed 125 tokens); A loses tokens
+    # from the front in a Binomial(n, 1/2) share, so it rarely starts on a sentence.
+    front_cut = np.mean([a not in starts for a in pairs[:, 0].tolist()])
+    assert front_cut > 0.8
