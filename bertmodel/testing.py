@@ -25,7 +25,6 @@ import pyarrow as pa
 from bertprep import schema
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REFERENCE_BUILDER = SHARED / "tools" / "reference_builder.py"
 
 
 def _sha256(path: Path) -> str:
@@ -134,34 +133,19 @@ def wiki_to_reference_layout(paths, out: Path) -> Path:
     return out
 
 
-def _bertprep_has_build_shards() -> bool:
-    try:
-        from bertprep.cli import main
-    except Exception:  # noqa: BLE001 - the other half of the project may be mid-change
-        return False
-    return "build-shards" in getattr(main, "commands", {})
-
-
 def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12345,
                         max_seq_length: int = 128, max_predictions: int = 20) -> Path:
-    """Real shards of `corpus` (one path or a list) with the uncased `vocab`."""
+    """Real shards of `corpus` (one path or a list) with `vocab`, built by
+    `bertprep build-shards`; a failed build fails the test that asked for it."""
     out = Path(out)
     corpus = [str(c) for c in (corpus if isinstance(corpus, (list, tuple)) else [corpus])]
-    if _bertprep_has_build_shards():
-        cmd = [sys.executable, "-c", "from bertprep.cli import main; main()", "build-shards", *corpus, "--tokenizer", str(vocab),
-               "--out", str(out), "--dupe-factor", str(dupe_factor), "--seed", str(seed),
-               "--max-seq-length", str(max_seq_length), "--max-predictions-per-seq", str(max_predictions)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode == 0 and (out / "manifest.json").exists():
-            return out
-    cmd = [sys.executable, str(REFERENCE_BUILDER), *corpus, "--tokenizer", str(vocab), "--out", str(out),
-           "--dupe-factor", str(dupe_factor), "--seed", str(seed), "--max-seq-length", str(max_seq_length),
-           "--max-predictions-per-seq", str(max_predictions)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    (out / "manifest.json").unlink()
-    tokenizer = write_tokenizer_files(out, Path(vocab))
-    write_manifest(out, tokenizer, {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions,
-                                    "dupe_factor": dupe_factor, "seed": seed, "builder": "reference_builder.py"})
+    cmd = [sys.executable, "-c", "from bertprep.cli import main; main()", "build-shards", *corpus, "--tokenizer", str(vocab),
+           "--out", str(out), "--dupe-factor", str(dupe_factor), "--seed", str(seed), "--quiet",
+           "--max-seq-length", str(max_seq_length), "--max-predictions-per-seq", str(max_predictions),
+           "--cache-dir", str(out.parent / f".{out.name}-token-cache")]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0 or not (out / "manifest.json").exists():
+        raise RuntimeError(f"bertprep build-shards failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return out
 
 
