@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,14 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
     file): from the manifest when it says, else from the vocab.txt stored there."""
     directory = Path(directory)
     tok = (manifest or {}).get("tokenizer") or {}
+    if directory.is_file() and directory.suffix == ".json":
+        # A tokenizer.json: bertprep reads it (and refuses one that isn't); its files,
+        # written to a scratch folder, are what RUN/hf gets.
+        from bertprep.tokenizer import load_tokenizer
+
+        loaded = load_tokenizer(directory)
+        directory = Path(tempfile.mkdtemp(prefix="bertmodel-tokenizer-"))
+        loaded.save(directory)
     if directory.is_file():  # a bare vocabulary file, whatever its name: used as vocab.txt
         files = {"vocab.txt": directory}
     else:

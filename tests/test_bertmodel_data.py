@@ -184,3 +184,18 @@ def test_tokenizer_from_manifest_and_files(small):
     assert set(d.tokenizer.files) == {"vocab.txt", "tokenizer.json", "tokenizer_config.json",
                                       "special_tokens_map.json"}
     assert (d.max_seq_length, d.max_predictions_per_seq) == (64, 10)
+
+
+def test_a_tokenizer_json_is_a_tokenizer_too(tmp_path):
+    # README: a TOKDIR, a tokenizer.json or a bare vocab.txt wherever a tokenizer is taken.
+    from bertmodel.shards import tokenizer_info
+    from bertprep.tokenizer import build_tokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s"]
+    build_tokenizer(words, lowercase=True).save(tmp_path / "tok")
+    from_dir = tokenizer_info(tmp_path / "tok")
+    from_json = tokenizer_info(tmp_path / "tok" / "tokenizer.json")
+    assert from_json.vocab_size == from_dir.vocab_size == 8
+    assert from_json.special_ids == from_dir.special_ids == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    assert from_json.same_as(from_dir) is None
+    assert from_json.files["vocab.txt"].read_text() == (tmp_path / "tok" / "vocab.txt").read_text()
