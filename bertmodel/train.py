@@ -200,6 +200,12 @@ def _check_run_dir(run: Path) -> None:
 
 def _restore(resume: dict, optimizer, cfg: TrainConfig, d: parallel.Dist, rows: int, log) -> tuple[int, int, int]:
     """Optimizer state and this rank's RNG state from a checkpoint; (step, cursor, skipped)."""
+    saved_seed = resume["data"].get("seed")
+    if saved_seed is not None and saved_seed != cfg.seed:
+        # The data order and dropout streams are functions of the seed: resuming with
+        # another one would silently change the run half-way.
+        raise BertmodelError(f"{cfg.out}: this run was started with --seed {saved_seed}, not {cfg.seed}; "
+                             "rerun with the same seed, or use another --out for a new run")
     optimizer.load_state_dict(resume["optimizer"])
     step, cursor = int(resume["step"]), int(resume["data"]["cursor"])
     rngs = resume["rng"]

@@ -191,6 +191,15 @@ def test_resume_refuses_another_model_size(shards, tmp_path):
     assert result.exit_code == 1 and "holds checkpoints of another model (2 layers, hidden 128)" in result.output
 
 
+def test_resume_refuses_another_seed(shards, tmp_path):
+    train(config(shards, tmp_path / "run", max_steps=2, stop_at=1, warmup_steps=0), log=lambda *a: None)
+    result = run_cli("pretrain", "--data", shards, "--out", tmp_path / "run", "--preset", "tiny", "--seed", "7",
+                     "--max-steps", "2", "--no-progress")
+    assert result.exit_code == 1
+    assert "this run was started with --seed" in result.output and "not 7" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_lamb_and_poly_schedule_train(shards, tmp_path):
     last = train(config(shards, tmp_path / "run", optimizer="lamb", schedule="poly", max_steps=4, weight_decay=0.01),
                  log=lambda *a: None)
