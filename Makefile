@@ -4,8 +4,10 @@
 #   make test   the test suite
 PYTHON ?= python3
 VENV ?= .venv
-# A CPU-only torch keeps the install small; set TORCH= to keep whatever torch the
-# environment resolves (e.g. your CUDA build), or TORCH=torch==X.Y.Z for another.
+# The torch to install when the venv has none (a range in pyproject.toml would pull
+# pip's default build, on Linux a multi-GB CUDA one). Override with pip arguments, e.g.
+#   make demo TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
+# or TORCH= to install nothing here and let pip resolve torch>=2.4.
 TORCH ?= torch==2.13.0
 DEMO_OUT ?= demo-output
 BIN := $(VENV)/bin
@@ -18,7 +20,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@if [ -n "$(TORCH)" ] && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
-		echo "Installing $(TORCH)"; $(BIN)/python -m pip install --quiet "$(TORCH)"; fi
+		echo "Installing $(TORCH)"; $(BIN)/python -m pip install --quiet $(TORCH); fi
 	$(BIN)/python -m pip install --quiet -e ".[fast,test]"
 	@touch $@
 

@@ -69,9 +69,6 @@ class BertConfig:
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise BertmodelError(f"pad_token_id {self.pad_token_id} is outside the vocabulary")
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "BertConfig":

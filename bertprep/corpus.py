@@ -207,11 +207,6 @@ def iter_documents(spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator
         raise BertprepError(f"{shown}: no text found")
 
 
-def iter_file_documents(path: Path, spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator[list[str]]:
-    """The documents of one input from resolve_input_files (for per-file work)."""
-    return _input_documents(path, readers.format_of(path), spec, stats if stats is not None else ReadStats())
-
-
 def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats) -> Iterator[list[str]]:
     """The documents of one file, saved dataset directory or (kind "dataset") spec.dataset."""
     counts = FileCounts()

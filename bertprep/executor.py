@@ -66,8 +66,4 @@ class LocalExecutor:
                 yield future.result()
 
 
-def run_all(executor: LocalExecutor, fn: Callable, calls: Iterable[tuple]) -> list:
-    return list(executor.imap_unordered(fn, calls))
-
-
-__all__ = ["LocalExecutor", "default_workers", "run_all"]
+__all__ = ["LocalExecutor", "default_workers"]
