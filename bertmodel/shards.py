@@ -31,7 +31,7 @@ import pyarrow as pa
 from bertmodel.errors import BertmodelError
 from bertprep import schema
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+from bertprep.tokenizer import TOKENIZER_FILES  # noqa: E402,F401  (one list of the files a tokenizer is)
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 LIST_COLUMNS = (schema.INPUT_IDS, schema.TOKEN_TYPE_IDS, schema.MASKED_LM_POSITIONS, schema.MASKED_LM_IDS)
 

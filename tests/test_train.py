@@ -77,14 +77,17 @@ def final_state(run):
     return ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
 
 
-def test_resume_reproduces_the_uninterrupted_run_exactly(shards, tmp_path):
-    kw = dict(max_steps=6, grad_accum=2)
+@pytest.mark.parametrize("max_steps, stop_at", [(6, 3), (16, 13)], ids=["mid-epoch", "across-an-epoch"])
+def test_resume_reproduces_the_uninterrupted_run_exactly(shards, tmp_path, max_steps, stop_at):
+    # 8 samples a step over 96 rows: (16, 13) stops after the first epoch's end and
+    # resumes inside the second, whose order is a new permutation.
+    kw = dict(max_steps=max_steps, grad_accum=2)
     train(config(shards, tmp_path / "straight", **kw), log=lambda *a: None)
-    train(config(shards, tmp_path / "resumed", stop_at=3, **kw), log=lambda *a: None)
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "resumed")] == [3]
+    train(config(shards, tmp_path / "resumed", stop_at=stop_at, **kw), log=lambda *a: None)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "resumed")] == [stop_at]
     train(config(shards, tmp_path / "resumed", **kw), log=lambda *a: None)
     a, b = final_state(tmp_path / "straight"), final_state(tmp_path / "resumed")
-    assert a["step"] == b["step"] == 6 and a["data"] == b["data"]
+    assert a["step"] == b["step"] == max_steps and a["data"] == b["data"]
     assert a["model"].keys() == b["model"].keys()
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k  # bitwise, dropout included
@@ -93,7 +96,7 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(shards, tmp_path):
     assert torch.equal(a["rng"][0]["torch"], b["rng"][0]["torch"])
     # and the metrics file reads as one run
     steps = [json.loads(x)["step"] for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5, 6]
+    assert steps == list(range(1, max_steps + 1))
 
 
 def test_half_written_checkpoints_are_never_loaded(shards, tmp_path):
