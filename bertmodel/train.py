@@ -26,6 +26,7 @@ from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
 from bertmodel.errors import BertmodelError
+from bertprep.errors import BertprepError
 from bertmodel.export import load_into, load_pretrained
 from bertmodel.metrics import MetricsWriter, format_count
 from bertmodel.model import BertForPreTraining
@@ -127,8 +128,20 @@ class _Stop:
 
 
 def _open_data(dirs, cfg: TrainConfig, d: parallel.Dist) -> ShardDataset:
-    return ShardDataset([open_shard_dir(p, verify=cfg.verify, rank=d.rank, world=d.world, tokenizer=cfg.tokenizer)
-                         for p in dirs])
+    """Open (and check) the shard directories. Under DDP each rank hashes its share of
+    the files, so the ranks agree on the outcome before going on: a rank that found a
+    damaged file must not leave the others waiting in a collective."""
+    error, data = None, None
+    try:
+        data = ShardDataset([open_shard_dir(p, verify=cfg.verify, rank=d.rank, world=d.world, tokenizer=cfg.tokenizer)
+                             for p in dirs])
+    except (BertmodelError, BertprepError) as exc:
+        error = exc
+    if parallel.any_rank(error is not None, d) and error is None:
+        raise BertmodelError("another rank found a problem with the shards; its message names the file")
+    if error is not None:
+        raise error
+    return data
 
 
 def _build_model(cfg: TrainConfig, data: ShardDataset, resume: dict | None, log):
