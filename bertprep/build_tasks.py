@@ -170,8 +170,9 @@ def _record_batch(rows, masked, vocab_size: int) -> pa.RecordBatch:
 
 def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets: list[int], num_shards: int) -> dict:
     """Mask every pass of one partition and write its rows as `num_shards` record
-    batches, batch s holding the rows bound for shard s. Rows are dealt to shards round-robin in a random order, continuing
-    from the partition's global row offset, so shards end up within one row of equal."""
+    batches, batch s holding the rows bound for shard s. Rows are dealt to shards
+    round-robin in a random order, continuing from the partition's global row offset,
+    so shards end up within one row of equal size."""
     marker = _work(ctx, f"scatter-{index:06d}.json")
     done = _read_marker(marker)
     if done is not None:
