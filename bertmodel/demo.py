@@ -24,10 +24,10 @@ import click
 HELD_OUT_EVERY = 25  # every 25th document goes to the evaluation corpus
 DEMO_STEPS = 2000  # about 5 minutes on a 2-core CPU for the tiny preset
 
-FILL_MASK_EXAMPLES = (
-    "Return a new [MASK] containing the items of the iterable.",
+FILL_MASK_EXAMPLES = (  # a few minutes of CPU training mostly learns frequent words; these show more
+    "Close the [MASK].",
+    "Read data from the [MASK].",
     "Raise a [MASK] if the file does not exist.",
-    "If the optional argument is [MASK], the default value is used.",
 )
 
 
