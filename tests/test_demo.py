@@ -1,0 +1,30 @@
+"""The main job end to end, as `make demo` runs it, with a short training run."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from bertmodel.cli import main
+
+
+@pytest.mark.slow
+def test_demo_runs_the_whole_pipeline_and_leaves_every_artifact(tmp_path):
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20"])
+    assert result.exit_code == 0, result.output
+    for step in range(1, 8):
+        assert f"== {step}/7 " in result.output
+    for command in ("$ bertprep stdlib-corpus", "$ bertprep train-tokenizer", "$ bertprep build-shards",
+                    "$ bertprep inspect", "$ bertmodel pretrain", "$ bertmodel export-hf", "$ bertmodel fill-mask"):
+        assert command in result.output
+    for artifact in ("corpus/train.txt", "tokenizer/vocab.txt", "shards/manifest.json", "eval-shards/manifest.json",
+                     "run/metrics.jsonl", "model/config.json", "model/model.safetensors"):
+        assert (out / artifact).is_file(), artifact
+    steps = [json.loads(line)["step"] for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 20
+    assert "always guessing the most frequent token would score" in result.output
+
+    # A second run reuses every finished step and still ends with the examples.
+    again = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20"])
+    assert again.exit_code == 0, again.output
+    assert "$ bertprep train-tokenizer" not in again.output and "$ bertmodel fill-mask" in again.output
