@@ -40,3 +40,24 @@ def test_ddp_two_ranks_train_and_resume_exactly(tmp_path):
         assert torch.equal(a["model"][k], b["model"][k]), k
     steps = [json.loads(x)["step"] for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_damaged_shard_found_by_one_rank_stops_every_rank(tmp_path):
+    # Each rank hashes its share of the files: rank 1 checks the second shard. The
+    # ranks agree on the outcome before DDP starts, so none is left waiting.
+    shards = small_shard_dir(tmp_path / "small", rows=96, num_shards=2)
+    second = sorted(shards.glob("*.arrow"))[1]
+    data = bytearray(second.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    second.write_bytes(bytes(data))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "bertmodel.cli", "pretrain", "--data", str(shards), "--out", str(tmp_path / "run"),
+           "--preset", "tiny", "--max-steps", "2", "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert f"{second.name}: sha256 differs from manifest.json" in output
+    assert "another rank found a problem with the shards" in output
+    assert not (tmp_path / "run" / "checkpoints").exists()
