@@ -18,7 +18,6 @@ fancy-index operations and no Python per row or per token.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 import warnings
@@ -31,6 +30,7 @@ import pyarrow as pa
 from bertmodel.errors import BertmodelError
 from bertprep import schema
 
+from bertprep.atomic import sha256_file  # noqa: E402
 from bertprep.tokenizer import TOKENIZER_FILES  # noqa: E402,F401  (one list of the files a tokenizer is)
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 LIST_COLUMNS = (schema.INPUT_IDS, schema.TOKEN_TYPE_IDS, schema.MASKED_LM_POSITIONS, schema.MASKED_LM_IDS)
@@ -56,14 +56,6 @@ class TokenizerInfo:
         if self.lowercase is not None and other.lowercase is not None and self.lowercase != other.lowercase:
             return f"lowercase {self.lowercase} vs {other.lowercase}"
         return None
-
-
-def sha256_of(path: Path, block: int = 1 << 23) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -116,7 +108,7 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         lowercase = read_json(files["tokenizer_config.json"], "").get("do_lower_case")
     return TokenizerInfo(
         vocab_size=int(vocab_size), special_ids={k: int(v) for k, v in special.items()},
-        fingerprint=tok.get("fingerprint"), vocab_sha256=sha256_of(vocab) if vocab else None,
+        fingerprint=tok.get("fingerprint"), vocab_sha256=sha256_file(vocab) if vocab else None,
         lowercase=lowercase, files=files)
 
 
@@ -214,7 +206,7 @@ def verify_file(path: Path, entry: dict, checksum: bool) -> None:
     if "bytes" in entry and size != entry["bytes"]:
         raise BertmodelError(f"{path}: {size:,} bytes but manifest.json says {entry['bytes']:,} "
                              "(truncated or corrupted; rebuild the shards)")
-    if checksum and entry.get("sha256") and sha256_of(path) != entry["sha256"]:
+    if checksum and entry.get("sha256") and sha256_file(path) != entry["sha256"]:
         raise BertmodelError(f"{path}: sha256 differs from manifest.json (corrupted; rebuild the shards)")
 
 

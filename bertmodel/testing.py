@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -23,12 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from bertprep import schema
+from bertprep.atomic import sha256_file
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_tokenizer_files(out: Path, vocab: Path, lowercase: bool = True) -> dict:
@@ -50,7 +46,7 @@ def write_tokenizer_files(out: Path, vocab: Path, lowercase: bool = True) -> dic
         {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "model_max_length": 512, **names},
         indent=2))
     files = ["vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
-    return {"fingerprint": _sha256(out / "vocab.txt"), "vocab_size": len(tokens), "lowercase": lowercase,
+    return {"fingerprint": sha256_file(out / "vocab.txt"), "vocab_size": len(tokens), "lowercase": lowercase,
             "special_ids": special, "files": files}
 
 
@@ -59,7 +55,7 @@ def write_manifest(out: Path, tokenizer: dict, options: dict) -> dict:
     shards = []
     for p in sorted(out.glob("data-*.arrow")):
         rows = pa.ipc.open_stream(pa.memory_map(str(p))).read_all().num_rows
-        shards.append({"name": p.name, "rows": rows, "bytes": p.stat().st_size, "sha256": _sha256(p)})
+        shards.append({"name": p.name, "rows": rows, "bytes": p.stat().st_size, "sha256": sha256_file(p)})
     state = {"_data_files": [{"filename": s["name"]} for s in shards], "_fingerprint": "test",
              "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
              "_output_all_columns": False, "_split": None}

@@ -51,10 +51,6 @@ def write_json_atomic(path, obj, fsync: bool = True) -> None:
     write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync)
 
 
-def sha256_of(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def sha256_file(path, chunk: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -79,7 +79,8 @@ def _tokenizer(ctx: TaskContext, need_encoder: bool = False):
 
 
 def id_dtype(vocab_size: int):
-    return np.uint16 if vocab_size <= schema.UINT16_LIMIT else np.int32
+    """The numpy twin of the shard schema's id type."""
+    return schema.token_type(vocab_size).to_pandas_dtype()
 
 
 def vocabulary_for_masking(tok: LoadedTokenizer) -> Vocabulary:

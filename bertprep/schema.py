@@ -44,7 +44,7 @@ def shard_schema(vocab_size: int) -> pa.Schema:
 def features_dict(vocab_size: int) -> dict:
     """`dataset_info.json` features in the serialized form `datasets` writes, matching
     the Arrow types exactly (otherwise load_from_disk refuses the directory)."""
-    ids = "uint16" if vocab_size <= UINT16_LIMIT else "int32"
+    ids = str(token_type(vocab_size))  # "uint16" or "int32"
 
     def seq(dtype: str) -> dict:
         return {"feature": {"dtype": dtype, "_type": "Value"}, "_type": "List"}
