@@ -33,7 +33,7 @@ from bertmodel.config import BertConfig
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
 from bertmodel.model import BertForPreTraining
 from bertmodel.optim import build_optimizer
-from bertmodel.shards import open_shard_dir
+from bertmodel.data.shards import open_shard_dir
 from bertmodel.testing import SHARED, build_corpus_shards, synthetic_rows, wiki_to_reference_layout, write_shard_dir
 
 BATCH = {"tiny": 32, "mini": 16, "small": 8, "medium": 8, "base": 4, "large": 2}

@@ -31,7 +31,7 @@ from bertmodel.data import SampleOrder, ShardDataset
 from bertmodel.metrics import peak_flops, train_flops
 from bertmodel.model import BertForPreTraining
 from bertmodel.optim import build_optimizer
-from bertmodel.shards import open_shard_dir
+from bertmodel.data.shards import open_shard_dir
 from bertmodel.testing import synthetic_rows, write_shard_dir
 
 TARGET_SAMPLES_S, TARGET_MFU = 5000, 0.40

@@ -137,7 +137,7 @@ def export_hf_command(checkpoint, out_dir, tokenizer):
     from pathlib import Path
 
     from bertmodel.export import export_hf, load_pretrained
-    from bertmodel.shards import tokenizer_info
+    from bertmodel.data.shards import tokenizer_info
 
     pre = load_pretrained(checkpoint)
     tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from bertmodel.checkpoint import is_disk_full, latest_checkpoint, load_checkpoint, unwrap_state_dict
 from bertmodel.config import BertConfig
 from bertmodel.errors import BertmodelError
-from bertmodel.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
+from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",

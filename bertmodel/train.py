@@ -31,7 +31,7 @@ from bertmodel.export import load_into, load_pretrained
 from bertmodel.metrics import MetricsWriter, format_count
 from bertmodel.model import BertForPreTraining
 from bertmodel.optim import Schedule, build_optimizer
-from bertmodel.shards import open_shard_dir
+from bertmodel.data.shards import open_shard_dir
 from bertmodel.trainer import Trainer
 from bertprep.errors import check_parent_is_directory
 

@@ -10,7 +10,7 @@ import pytest
 
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset, eval_batches
 from bertmodel.errors import BertmodelError
-from bertmodel.shards import open_shard_dir
+from bertmodel.data.shards import open_shard_dir
 from bertmodel.testing import SHARED, build_corpus_shards, small_shard_dir
 
 DATA = SHARED / "data"
@@ -188,7 +188,7 @@ def test_tokenizer_from_manifest_and_files(small):
 
 def test_a_tokenizer_json_is_a_tokenizer_too(tmp_path):
     # README: a TOKDIR, a tokenizer.json or a bare vocab.txt wherever a tokenizer is taken.
-    from bertmodel.shards import tokenizer_info
+    from bertmodel.data.shards import tokenizer_info
     from bertprep.tokenizer import build_tokenizer
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s"]

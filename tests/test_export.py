@@ -16,7 +16,7 @@ from bertmodel.data import ShardDataset
 from bertmodel.errors import BertmodelError
 from bertmodel.export import export_hf, load_into, load_pretrained
 from bertmodel.model import BertForPreTraining
-from bertmodel.shards import open_shard_dir, tokenizer_info
+from bertmodel.data.shards import open_shard_dir, tokenizer_info
 from bertmodel.testing import SHARED, build_corpus_shards, small_shard_dir
 
 transformers = pytest.importorskip("transformers")

@@ -17,7 +17,7 @@ from bertmodel.cli import main
 from bertmodel.config import BertConfig
 from bertmodel.export import export_hf
 from bertmodel.model import BertForPreTraining
-from bertmodel.shards import tokenizer_info
+from bertmodel.data.shards import tokenizer_info
 from bertmodel.testing import small_shard_dir, write_small_vocab
 from bertprep.build import BuildConfig, build_shards, staging_path
 from bertprep.corpus import CorpusSpec

@@ -19,7 +19,7 @@ from bertmodel.config import BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.export import export_hf
 from bertmodel.model import BertForPreTraining
-from bertmodel.shards import tokenizer_info
+from bertmodel.data.shards import tokenizer_info
 from bertmodel.testing import small_shard_dir, write_small_vocab
 from bertmodel.train import TrainConfig, train
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bertmodel.data import ShardDataset
-from bertmodel.shards import open_shard_dir
+from bertmodel.data.shards import open_shard_dir
 from bertmodel.testing import SHARED, build_corpus_shards
 from bertmodel.train import TrainConfig, train
 

@@ -25,7 +25,7 @@ import torch
 
 from bertmodel.errors import BertmodelError
 from bertmodel.model import IGNORE_INDEX
-from bertmodel.shards import LIST_COLUMNS, ShardDir
+from bertmodel.data.shards import LIST_COLUMNS, ShardDir
 from bertprep import schema
 
 PAD_MULTIPLE = 8
