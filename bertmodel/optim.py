@@ -4,8 +4,12 @@
 - LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), as NVIDIA's
   FusedLAMB that DeepLearningExamples uses for BERT: Adam moments with bias correction,
   update u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, then a per-tensor trust ratio
-  ||p|| / ||u|| (1 where either norm is 0), p -= lr * ratio * u. Written with torch's
-  _foreach ops so it is a handful of kernels per step.
+  ||p|| / ||u|| (1 where either norm is 0), p -= lr * ratio * u. As in FusedLAMB's default
+  (use_nvlamb=False, apex multi_tensor_lamb.cu), the trust ratio applies only to groups
+  with non-zero weight decay: biases and LayerNorm weights take the plain Adam step
+  lr * u, since their norms (LayerNorm gains start at 1, biases at 0) say nothing about
+  a sensible step size. `use_nvlamb=True` applies it to every tensor (NVLAMB). Written
+  with torch's _foreach ops so it is a handful of kernels per step.
 - Schedules: linear warmup to the peak, then linear decay to 0 (Devlin et al.) or
   polynomial decay with power 0.5 (NVIDIA's BERT recipe, PolyWarmUpScheduler). A schedule
   is a pure function of the step; the trainer sets each group's lr before every step, so
@@ -44,13 +48,15 @@ class Schedule:
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB with decoupled weight decay inside the trust ratio (see module docstring)."""
+    """LAMB with decoupled weight decay inside the trust ratio (see module docstring).
+    `use_nvlamb`: also apply the trust ratio to groups without weight decay."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01):
+                 weight_decay: float = 0.01, use_nvlamb: bool = False):
         if lr < 0 or eps < 0 or not all(0 <= b < 1 for b in betas):
             raise BertmodelError(f"invalid LAMB hyperparameters lr={lr} betas={betas} eps={eps}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      use_nvlamb=use_nvlamb))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -83,11 +89,12 @@ class Lamb(torch.optim.Optimizer):
             torch._foreach_div_(update, bc1)  # m_hat / (sqrt(v_hat) + eps)
             if group["weight_decay"]:
                 torch._foreach_add_(update, params, alpha=group["weight_decay"])
-            p_norm = torch._foreach_norm(params)
-            u_norm = torch._foreach_norm(update)
-            ratios = [torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
-                      for pn, un in zip(p_norm, u_norm)]
-            torch._foreach_mul_(update, ratios)
+            if group["weight_decay"] or group.get("use_nvlamb", False):
+                p_norm = torch._foreach_norm(params)
+                u_norm = torch._foreach_norm(update)
+                ratios = [torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+                          for pn, un in zip(p_norm, u_norm)]
+                torch._foreach_mul_(update, ratios)
             torch._foreach_add_(params, update, alpha=-group["lr"])
         return loss
 

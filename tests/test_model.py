@@ -1,6 +1,7 @@
 """The model: transformers' names and shapes, masked-only MLM head, losses, optimizer groups."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +12,11 @@ from bertmodel.errors import BertmodelError
 from bertmodel.model import BertForPreTraining
 from bertmodel.optim import Lamb, Schedule
 
-transformers = pytest.importorskip("transformers")
+
+@pytest.fixture
+def transformers():
+    """Only the tests that compare against transformers need it; the rest run without."""
+    return pytest.importorskip("transformers")
 
 
 def batch(B=3, T=24, P=5, V=300, seed=0):
@@ -29,7 +34,7 @@ def batch(B=3, T=24, P=5, V=300, seed=0):
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
-def test_state_dict_names_and_shapes_are_transformers(preset):
+def test_state_dict_names_and_shapes_are_transformers(preset, transformers):
     config = BertConfig.preset(preset)
     with torch.device("meta"):
         ours = BertForPreTraining(config).state_dict()
@@ -60,7 +65,7 @@ def test_config_validation():
         BertConfig.preset("huge")
 
 
-def test_hf_config_dict():
+def test_hf_config_dict(transformers):
     hf = BertConfig.preset("tiny", vocab_size=300, pad_token_id=0).to_hf_dict()
     assert hf["architectures"] == ["BertForPreTraining"] and hf["model_type"] == "bert"
     assert hf["hidden_act"] == "gelu" and hf["pad_token_id"] == 0 and hf["vocab_size"] == 300
@@ -150,6 +155,66 @@ def test_schedules():
     assert [round(lin(s), 6) for s in (0, 4, 9, 10, 60, 109)] == [1e-4, 5e-4, 1e-3, 1e-3, 5e-4, 1e-5]
     poly = Schedule(1e-3, warmup_steps=0, max_steps=100, kind="poly")
     assert poly(0) == 1e-3 and abs(poly(75) - 1e-3 * 0.25 ** 0.5) < 1e-12
+
+
+def _reference_lamb(params, grads_per_step, lr, wd, decays, use_nvlamb=False, b1=0.9, b2=0.999, eps=1e-6):
+    """LAMB as apex's multi_tensor_lamb.cu computes it, in float64 numpy, one tensor at a time:
+    stage 1 forms the Adam-W update per element, stage 2 scales it by lr * ||p|| / ||u||
+    only where the tensor decays (or use_nvlamb), else by lr alone."""
+    params = [p.astype(np.float64) for p in params]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    for t, grads in enumerate(grads_per_step, start=1):
+        for i, (g, decay) in enumerate(zip(grads, decays)):
+            g = g.astype(np.float64)
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            d = wd if decay else 0.0
+            u = (m[i] / (1 - b1 ** t)) / (np.sqrt(v[i] / (1 - b2 ** t)) + eps) + d * params[i]
+            ratio = lr
+            if use_nvlamb or d != 0.0:
+                pn, un = np.linalg.norm(params[i]), np.linalg.norm(u)
+                ratio = lr * pn / un if pn != 0 and un != 0 else lr
+            params[i] = params[i] - ratio * u
+    return params
+
+
+@pytest.mark.parametrize("use_nvlamb", [False, True])
+def test_lamb_follows_fused_lamb_on_a_model_with_both_groups(use_nvlamb):
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=120, max_position_embeddings=32))
+    groups = model.param_groups(0.01)
+    params = [p for g in groups for p in g["params"]]
+    decays = [g["weight_decay"] != 0 for g in groups for _ in g["params"]]
+    assert sum(decays) and not all(decays)  # matrices decay; biases and LayerNorm do not
+    start = [p.detach().numpy().copy() for p in params]
+    opt = Lamb(groups, lr=0.05, weight_decay=0.01, use_nvlamb=use_nvlamb)
+    g = torch.Generator().manual_seed(1)
+    steps = []
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=g) for p in params]
+        for p, gr in zip(params, grads):
+            p.grad = gr.clone()
+        opt.step()
+        steps.append([gr.numpy() for gr in grads])
+    want = _reference_lamb(start, steps, lr=0.05, wd=0.01, decays=decays, use_nvlamb=use_nvlamb)
+    for p, w in zip(params, want):
+        np.testing.assert_allclose(p.detach().numpy(), w, rtol=1e-4, atol=1e-6)
+
+
+def test_lamb_first_step_no_decay_is_adam_and_decay_step_has_norm_lr_times_param_norm():
+    """Independent of any formula: Adam's first step moves each element by lr * g / (|g| + eps);
+    a trust-ratio step moves a tensor by exactly lr * ||p||."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    b = torch.nn.Parameter(torch.full((4,), 3.0))  # a LayerNorm-like gain far from the step size
+    opt = Lamb([{"params": [w], "weight_decay": 0.01}, {"params": [b], "weight_decay": 0.0}], lr=0.01)
+    w0, b0 = w.detach().clone(), b.detach().clone()
+    w.grad, b.grad = torch.randn(6, 4), torch.randn(4)
+    gb = b.grad.clone()
+    opt.step()
+    torch.testing.assert_close(b.detach() - b0, -0.01 * gb / (gb.abs() + 1e-6))
+    assert abs((w.detach() - w0).norm().item() - 0.01 * w0.norm().item()) < 1e-6
 
 
 def test_lamb_matches_a_plain_implementation():
