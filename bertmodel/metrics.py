@@ -107,10 +107,14 @@ def _step_of(line: str) -> float:
 
 
 class MetricsWriter:
-    """Appends one JSON object per line to RUN/metrics.jsonl (rank 0 only)."""
+    """Appends one JSON object per line to RUN/metrics.jsonl (rank 0 only).
 
-    def __init__(self, path: Path, resume_step: int | None = None):
+    reporters (see bertmodel.reporting.open_reporters): also given every record written,
+    and closed with the writer."""
+
+    def __init__(self, path: Path, resume_step: int | None = None, reporters=None):
         self.path = Path(path)
+        self.reporters = reporters
         if resume_step is not None and self.path.exists():
             # Drop records a killed run wrote after the checkpoint we resume from, so the
             # file reads as one uninterrupted run.
@@ -122,9 +126,13 @@ class MetricsWriter:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
+        if self.reporters is not None:
+            self.reporters.log(record)
 
     def close(self) -> None:
         self._file.close()
+        if self.reporters is not None:
+            self.reporters.close()
 
 
 def format_count(n: float, unit: str = "") -> str:
