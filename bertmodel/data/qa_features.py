@@ -1,0 +1,259 @@
+"""Question-answering windows: `[CLS] question [SEP] context-window [SEP]` over long
+contexts, with start/end labels, character offsets and max-context flags.
+
+The windowing is Google's `run_squad.py` (`convert_examples_to_features`):
+- the question is segment A, cut to `max_query_length` tokens;
+- the context is cut into windows of `max_seq_length - len(question) - 3` tokens whose
+  starts are `doc_stride` tokens apart (Google's `doc_stride` is the step between window
+  starts; transformers' `stride`/run_qa.py's `--doc_stride` is the overlap, which is
+  `window length - doc_stride` here), the last window ending at the context's end;
+- each context token is scored only in the window where it has the most context
+  (`_check_is_max_context`: min(tokens to its left, tokens to its right) + 0.01 *
+  window length, first window on ties; computed in integers as 100 * min + length,
+  which orders exactly as Google's sum does).
+
+Tokens and their character offsets come from `tokenizers` (our `LoadedTokenizer`), so a
+token's offsets index the ORIGINAL context, whatever the normalizer did (lower-casing,
+accent stripping, a lower-cased "İ" becoming two characters). The answer's labels are
+the first context token ending after the answer's first character and the last one
+starting before its end, as run_qa.py labels from offsets; an answer not wholly inside a
+window labels that window's [CLS] (position 0), as do unanswerable (v2.0) questions.
+
+Each context is tokenized once however many questions share it, questions and contexts
+are encoded in batches, and the windows are assembled with numpy: the arrays are ragged,
+all windows' tokens end to end, window w being `row_splits[w]:row_splits[w + 1]`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bertmodel.data.squad import SquadExample
+from bertmodel.errors import BertmodelError
+
+NOT_CONTEXT = -1  # offsets of [CLS], question, [SEP]: not a character of the context
+
+
+@dataclass(frozen=True)
+class SkippedExample:
+    source: str  # the file or dataset it came from
+    id: str
+    reason: str
+
+    def message(self) -> str:
+        return f"{self.source}: question {self.id}: {self.reason}"
+
+
+@dataclass
+class QAFeatures:
+    """W windows; per-token arrays hold every window's tokens end to end."""
+
+    input_ids: np.ndarray  # (N,) int32
+    token_type_ids: np.ndarray  # (N,) int8: 0 for [CLS] question [SEP], 1 for context [SEP]
+    offsets: np.ndarray  # (N, 2) int32 [start, end) characters in the example's context; NOT_CONTEXT elsewhere
+    token_is_max_context: np.ndarray  # (N,) bool: this window is where the token has most context
+    row_splits: np.ndarray  # (W + 1,) int64: window w is tokens row_splits[w]:row_splits[w + 1]
+    example_index: np.ndarray  # (W,) int32: index into the examples list given
+    window_start: np.ndarray  # (W,) int32: the window's first context token, counted in the context
+    context_position: np.ndarray  # (W,) int32: where the context starts in the window (question + 2)
+    start_positions: np.ndarray | None  # (W,) int32 labels when training, 0 = [CLS]
+    end_positions: np.ndarray | None
+    skipped: list[SkippedExample] = field(default_factory=list)  # training examples left out
+
+    def __len__(self) -> int:
+        return len(self.example_index)
+
+    @property
+    def lengths(self) -> np.ndarray:  # (W,) tokens per window
+        return np.diff(self.row_splits)
+
+    def window(self, w: int) -> dict[str, np.ndarray]:
+        """One window's per-token arrays (views)."""
+        a, b = int(self.row_splits[w]), int(self.row_splits[w + 1])
+        return {"input_ids": self.input_ids[a:b], "token_type_ids": self.token_type_ids[a:b],
+                "offsets": self.offsets[a:b], "token_is_max_context": self.token_is_max_context[a:b]}
+
+    def padded(self, windows, pad_id: int = 0, multiple_of: int = 1) -> dict[str, np.ndarray]:
+        """input_ids, token_type_ids, attention_mask (B, T) int64 for the windows listed,
+        padded to the longest of them rounded up to `multiple_of`."""
+        windows = np.asarray(windows, dtype=np.int64)
+        lengths = self.lengths[windows]
+        width = int(-(-lengths.max() // multiple_of) * multiple_of) if len(windows) else 0
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        index = (self.row_splits[windows][:, None] + np.arange(width)[None, :])[mask]
+        out = {"input_ids": np.full(mask.shape, pad_id, np.int64),
+               "token_type_ids": np.zeros(mask.shape, np.int64), "attention_mask": mask.astype(np.int64)}
+        out["input_ids"][mask] = self.input_ids[index]
+        out["token_type_ids"][mask] = self.token_type_ids[index]
+        return out
+
+
+def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length: int = 384,
+                        doc_stride: int = 128, max_query_length: int = 64,
+                        training: bool = True) -> QAFeatures:
+    """Windows of `examples` (see the module docstring). `tokenizer` is a
+    `bertprep.tokenizer.LoadedTokenizer` or anything `load_tokenizer` takes (a TOKDIR, a
+    tokenizer.json, a vocab.txt). With `training`, each window gets start/end labels from
+    the example's first answer, and an answerable example whose `answer_start` does not
+    point at its answer text (or whose answer has no token) is left out and listed in
+    `skipped`, never mislabelled. A question so long that, cut to `max_query_length`, it
+    leaves no room for a context token is a BertmodelError naming its file and id."""
+    _check_settings(max_seq_length, doc_stride, max_query_length)
+    loaded = _as_loaded(tokenizer)
+    skipped: list[SkippedExample] = []
+    kept = list(range(len(examples)))
+    if training:
+        kept = [i for i in kept if _answer_ok(examples[i], skipped)]
+    contexts: dict[str, int] = {}
+    context_of = np.array([contexts.setdefault(examples[i].context, len(contexts)) for i in kept], np.int64)
+    encoder = loaded.tokenizer
+    ctx_ids, ctx_offsets, ctx_splits = _encode(encoder, list(contexts), offsets=True)
+    q_ids, _, q_splits = _encode(encoder, [examples[i].question for i in kept], offsets=False)
+    q_len = np.minimum(np.diff(q_splits), max_query_length)
+    max_doc = max_seq_length - q_len - 3
+    for j in np.flatnonzero(max_doc < 1)[:1]:
+        example = examples[kept[j]]
+        raise BertmodelError(
+            f"{example.source or 'examples'}: question {example.id}: the question has {int(q_len[j])} tokens "
+            f"(cut to max_query_length {max_query_length}), so with max_seq_length {max_seq_length} no context "
+            "token fits in a window: lower max_query_length or raise max_seq_length")
+    n_ctx = np.diff(ctx_splits)[context_of]
+    if training:
+        span = _answer_spans(examples, kept, context_of, ctx_offsets, ctx_splits, skipped)
+        keep = span[:, 0] >= 0  # answerable examples whose answer has no token are dropped too
+        kept = [k for k, ok in zip(kept, keep) if ok]
+        context_of, q_len, max_doc, n_ctx, span = context_of[keep], q_len[keep], max_doc[keep], n_ctx[keep], span[keep]
+        q_rows = np.flatnonzero(keep)  # the questions were encoded before this selection
+    else:
+        q_rows = np.arange(len(kept))
+    # Window starts (Google's loop: advance by min(window, doc_stride) until the window
+    # reaches the end); an empty context still gets one window so every example has one.
+    step = np.minimum(max_doc, doc_stride)
+    count = 1 + np.maximum(-(-(n_ctx - max_doc) // step), 0)
+    owner = np.repeat(np.arange(len(kept)), count)  # (W,) row in `kept`
+    first = np.cumsum(count) - count
+    start = ((np.arange(len(owner)) - first[owner]) * step[owner]).astype(np.int64)
+    length = np.minimum(max_doc[owner], n_ctx[owner] - start)
+    ql = q_len[owner]
+    total = ql + length + 3
+    row_splits = np.concatenate([[0], np.cumsum(total)]).astype(np.int64)
+    # For each token: its window, its position in the window, and what it is.
+    tok_window = np.repeat(np.arange(len(owner)), total)
+    pos = np.arange(int(row_splits[-1])) - row_splits[tok_window]
+    w_ql = ql[tok_window]
+    doc_pos = start[tok_window] + pos - w_ql - 2  # the token's place in its context
+    is_ctx = (pos >= w_ql + 2) & (pos < w_ql + 2 + length[tok_window])
+    ctx_index = ctx_splits[context_of[owner]][tok_window] + doc_pos
+    q_index = q_splits[q_rows[owner]][tok_window] + pos - 1
+    is_q = (pos >= 1) & (pos <= w_ql)
+    input_ids = np.full(len(pos), loaded.special.sep, np.int32)
+    input_ids[pos == 0] = loaded.special.cls
+    input_ids[is_q] = q_ids[q_index[is_q]]
+    input_ids[is_ctx] = ctx_ids[ctx_index[is_ctx]]
+    token_type_ids = (pos >= w_ql + 2).astype(np.int8)
+    offsets = np.full((len(pos), 2), NOT_CONTEXT, np.int32)
+    offsets[is_ctx] = ctx_offsets[ctx_index[is_ctx]]
+    max_context = _max_context(is_ctx, owner[tok_window], tok_window, doc_pos, start[tok_window],
+                               length[tok_window])
+    starts = ends = None
+    if training:
+        inside = (span[owner, 0] >= start) & (span[owner, 1] < start + length) & (span[owner, 0] >= 0)
+        shift = ql + 2 - start
+        starts = np.where(inside, span[owner, 0] + shift, 0).astype(np.int32)
+        ends = np.where(inside, span[owner, 1] + shift, 0).astype(np.int32)
+    return QAFeatures(
+        input_ids=input_ids, token_type_ids=token_type_ids, offsets=offsets,
+        token_is_max_context=max_context, row_splits=row_splits,
+        example_index=np.asarray(kept, np.int32)[owner], window_start=start.astype(np.int32),
+        context_position=(ql + 2).astype(np.int32), start_positions=starts, end_positions=ends,
+        skipped=skipped)
+
+
+def _check_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
+    if max_seq_length < 4:
+        raise BertmodelError(f"max_seq_length must be at least 4 ([CLS] q [SEP] c [SEP]), got {max_seq_length}")
+    if doc_stride < 1:
+        raise BertmodelError(f"doc_stride must be at least 1, got {doc_stride}")
+    if max_query_length < 1:
+        raise BertmodelError(f"max_query_length must be at least 1, got {max_query_length}")
+
+
+def _as_loaded(tokenizer):
+    if isinstance(tokenizer, (str, Path)):
+        from bertprep.tokenizer import load_tokenizer
+
+        return load_tokenizer(tokenizer)
+    if not (hasattr(tokenizer, "tokenizer") and hasattr(tokenizer, "special")):
+        raise BertmodelError(f"expected a bertprep LoadedTokenizer or a tokenizer path, got {type(tokenizer).__name__}")
+    return tokenizer
+
+
+def _encode(encoder, texts: list[str], offsets: bool):
+    """Flat ids (int32), offsets ((n, 2) int32 or None) and row splits (int64) of texts
+    encoded without special tokens, in one batch."""
+    encodings = encoder.encode_batch(texts, add_special_tokens=False) if texts else []
+    sizes = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+    splits = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ids = np.fromiter((i for e in encodings for i in e.ids), np.int32, int(splits[-1]))
+    spans = None
+    if offsets:
+        flat = np.fromiter((c for e in encodings for pair in e.offsets for c in pair), np.int32, 2 * int(splits[-1]))
+        spans = flat.reshape(-1, 2)
+    return ids, spans, splits
+
+
+def _answer_ok(example: SquadExample, skipped: list[SkippedExample]) -> bool:
+    if example.is_impossible:
+        return True
+    text, begin = example.answers[0]
+    if not text or begin < 0 or example.context[begin:begin + len(text)] != text:
+        found = example.context[max(begin, 0):max(begin, 0) + len(text)]
+        skipped.append(SkippedExample(example.source, example.id,
+                                      f"answer_start {begin} does not point at the answer {text!r} "
+                                      f"(the context has {found!r} there)"))
+        return False
+    return True
+
+
+def _answer_spans(examples, kept, context_of, ctx_offsets, ctx_splits, skipped) -> np.ndarray:
+    """(len(kept), 2) first and last context token of each example's answer, counted in
+    its context; -1 for an impossible question (labels [CLS]) and -2 for an answer that
+    no token covers (the example is then skipped)."""
+    spans = np.full((len(kept), 2), -1, np.int64)
+    for row, i in enumerate(kept):
+        example = examples[i]
+        if example.is_impossible:
+            continue
+        text, begin = example.answers[0]
+        a, b = ctx_splits[context_of[row]], ctx_splits[context_of[row] + 1]
+        token_starts, token_ends = ctx_offsets[a:b, 0], ctx_offsets[a:b, 1]
+        first = int(np.searchsorted(token_ends, begin, side="right"))
+        last = int(np.searchsorted(token_starts, begin + len(text), side="left")) - 1
+        if first > last:
+            skipped.append(SkippedExample(example.source, example.id, f"no token covers the answer {text!r}"))
+            spans[row] = -2
+            continue
+        spans[row] = first, last
+    return spans
+
+
+def _max_context(is_ctx, token_owner, tok_window, doc_pos, win_start, win_length) -> np.ndarray:
+    """True where a context token's window is the one where it has the most context,
+    decided per (example, context position): two questions on one context have windows
+    of their own."""
+    flags = np.zeros(len(is_ctx), bool)
+    where = np.flatnonzero(is_ctx)
+    pos = doc_pos[where]
+    left = pos - win_start[where]
+    right = win_start[where] + win_length[where] - 1 - pos
+    score = 100 * np.minimum(left, right) + win_length[where]
+    # Sort by (example, position), then best score first, then earliest window: the first
+    # row of each (example, position) run is its max-context window.
+    order = np.lexsort((tok_window[where], -score, pos, token_owner[where]))
+    owner_sorted, pos_sorted = token_owner[where][order], pos[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (owner_sorted[1:] != owner_sorted[:-1]) | (pos_sorted[1:] != pos_sorted[:-1])
+    flags[where[order[first]]] = True
+    return flags
