@@ -1,14 +1,17 @@
 """Commands of bertprep (registered in bertprep.cli): train-tokenizer, encode."""
 from __future__ import annotations
 
+import io
 import itertools
+import re
 import sys
 
 import click
 
 from bertprep.cli import main, user_errors
 from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
-from bertprep.corpus import ReadStats, format_size, iter_documents
+from bertprep.corpus import ReadStats, format_size, iter_documents, plural
+from bertprep.readers import decode_utf8
 from bertprep.tokenizer import load_tokenizer
 from bertprep.wordpiece_training import TokenizerTrainingConfig, train_tokenizer
 
@@ -41,7 +44,8 @@ ENCODE_BATCH_LINES = 4096
 @click.option("--overwrite", is_flag=True, help="Replace TOKDIR if it exists and is not empty.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @user_errors
-def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences, out_dir,
+def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences,
+                            document_separator, out_dir,
                             vocab_size, lowercase, min_frequency, limit_alphabet, unused,
                             max_chars_per_word, sample_bytes, heldout_fraction, overwrite, quiet):
     """Train a BERT WordPiece vocabulary on INPUT... and write it to TOKDIR.
@@ -55,7 +59,8 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
     Example:
       bertprep train-tokenizer wiki/ books.txt.gz --out tok/ --vocab-size 30522 --unused 99
     """
-    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
+                                    document_separator)
     config = TokenizerTrainingConfig(
         vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
         limit_alphabet=limit_alphabet, unused=unused, max_chars_per_word=max_chars_per_word,
@@ -98,7 +103,48 @@ def encode_command(tokenizer_path, texts, ids, special, lowercase):
       cat corpus.txt | bertprep encode --tokenizer vocab.txt --ids
     """
     tok = load_tokenizer(tokenizer_path, lowercase=lowercase)
-    lines = iter(texts) if texts else (line.rstrip("\r\n") for line in sys.stdin)
+    if texts:
+        raw, what, where = iter(texts), "argument", ""
+    else:
+        stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+        raw, what, where = (line.rstrip("\r\n") for line in stdin), "line", " of stdin"
+    replaced = _Replaced()
+    lines = (replaced.clean(number, text) for number, text in enumerate(raw, 1))
     while batch := list(itertools.islice(lines, ENCODE_BATCH_LINES)):
         for encoding in tok.tokenizer.encode_batch(batch, add_special_tokens=special):
             click.echo(" ".join(map(str, encoding.ids)) if ids else " ".join(encoding.tokens))
+    if replaced.count:
+        click.echo(f"warning: {replaced.describe(what)}{where}", err=True)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Replaced:
+    """Undecodable bytes in the input, replaced with U+FFFD and counted, as the corpus
+    readers do. Arguments and stdin arrive with such bytes as lone surrogates (Python's
+    surrogateescape), which the tokenizer cannot take."""
+
+    def __init__(self):
+        self.count = 0
+        self.inputs: list[int] = []  # numbers of the inputs that had any
+
+    def clean(self, number: int, text: str) -> str:
+        if not _SURROGATE.search(text):
+            return text
+        try:
+            data = text.encode("utf-8", "surrogateescape")  # the bytes as they came
+        except UnicodeEncodeError:  # a surrogate no decoder made: keep it as invalid bytes
+            data = text.encode("utf-8", "surrogatepass")
+        text, invalid = decode_utf8(data)
+        self.count += invalid
+        self.inputs.append(number)
+        return text
+
+    def describe(self, what: str) -> str:
+        """"2 invalid byte sequences replaced with U+FFFD in lines 3, 8" (5 named at most)."""
+        named = ", ".join(map(str, self.inputs[:5]))
+        if len(self.inputs) > 5:
+            named += f" and {len(self.inputs) - 5:,} more"
+        return (f"{plural(self.count, 'invalid byte sequence')} replaced with U+FFFD "
+                f"in {what}{'' if len(self.inputs) == 1 else 's'} {named}")

@@ -104,18 +104,23 @@ class ReadStats:
 
     def summary(self) -> str:
         """One line: "3 files, 12.3 MB, 4,567 documents, 45,678 sentences; ..."."""
-        files = f"{self.files:,} file{'' if self.files == 1 else 's'}"
-        text = f"{files}, {format_size(self.bytes)}, {self.documents:,} documents, {self.sentences:,} sentences"
+        text = (f"{plural(self.files, 'file')}, {format_size(self.bytes)}, {plural(self.documents, 'document')}, "
+                f"{plural(self.sentences, 'sentence')}")
         if self.invalid_bytes:
             names = ", ".join(self.files_with_invalid[:5])
             if len(self.files_with_invalid) > 5:
                 names += f" and {len(self.files_with_invalid) - 5:,} more"
-            text += f"; {self.invalid_bytes:,} invalid byte sequences replaced in {names}"
+            text += f"; {plural(self.invalid_bytes, 'invalid byte sequence')} replaced in {names}"
         if self.long_lines:
-            text += f"; {self.long_lines:,} lines over {readers.MAX_LINE_CHARS:,} characters cut"
+            text += f"; {plural(self.long_lines, 'line')} over {readers.MAX_LINE_CHARS:,} characters cut"
         if self.long_documents:
-            text += f"; {self.long_documents:,} over-long documents cut"
+            text += f"; {plural(self.long_documents, 'over-long document')} cut"
         return text
+
+
+def plural(count: int, noun: str) -> str:
+    """plural(1, "file") -> "1 file", plural(1234, "file") -> "1,234 files"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def format_size(n_bytes: int) -> str:
@@ -225,7 +230,7 @@ def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats) -> I
     yield from documents
     if stats.documents == before and counts.invalid_bytes:
         raise BertprepError(
-            f"{describe_path(source)}: no usable text ({counts.invalid_bytes:,} undecodable byte sequences)"
+            f"{describe_path(source)}: no usable text ({plural(counts.invalid_bytes, 'undecodable byte sequence')})"
         )
     stats.add(describe_path(source), counts)
 

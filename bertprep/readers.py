@@ -155,6 +155,13 @@ def _decode(data: bytes, final: bool, counts: FileCounts) -> tuple[str, int]:
     return text, consumed
 
 
+def decode_utf8(data: bytes) -> tuple[str, int]:
+    """(text, invalid byte sequences replaced with U+FFFD) of a complete piece of UTF-8."""
+    counts = FileCounts()
+    text, _ = _decode(data, True, counts)
+    return text, counts.invalid_bytes
+
+
 def _check_not_binary(path: Path, head: bytes, text: str) -> None:
     """Raise if the start of a file is mostly NUL or undecodable characters."""
     probe = text[:BINARY_PROBE_BYTES]

@@ -371,6 +371,16 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     )
 
 
+def test_summary_counts_in_the_singular(tmp_path):
+    path = tmp_path / "one.txt"
+    path.write_bytes(b"Caf\xe9 au lait.\n")
+    stats = ReadStats()
+    assert read(path, stats=stats) == [["Caf\ufffd au lait."]]
+    assert stats.summary() == f"1 file, 14 bytes, 1 document, 1 sentence; 1 invalid byte sequence replaced in {path}"
+    path.write_bytes(b"\x80\n")
+    assert error(path) == f"{path}: no usable text (1 undecodable byte sequence)"
+
+
 def test_invalid_utf8_across_chunks(tmp_path, monkeypatch):
     path = tmp_path / "a.txt"
     path.write_bytes(b"ab\xe2\x82\xac\xffcd \xef\xbf\xbd.\n" * 20)  # euro sign, one bad byte, real U+FFFD

@@ -1,6 +1,9 @@
 """`bertprep encode`: tokens or ids, one line per input, one-line errors."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -61,3 +64,22 @@ def test_errors_are_one_line_naming_the_file(tmp_path):
 
     result = encode("x")
     assert result.exit_code == 2 and "Missing option '--tokenizer'" in result.stderr
+
+
+def test_invalid_utf8_is_replaced_and_reported(tmp_path):
+    build_tokenizer(SMALL, lowercase=True).save(tmp_path / "tok")
+    # stdin: a Latin-1 byte in the middle of a word (U+FFFD is then dropped by the
+    # normalizer, as Google's tokenizer drops it).
+    result = encode("--tokenizer", tmp_path / "tok", input=b"the cat\xe9 sat\nthe cat\n\xff\xfe sat\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "the cat sat\nthe cat\nsat\n"
+    assert result.stderr == "warning: 3 invalid byte sequences replaced with U+FFFD in lines 1, 3 of stdin\n"
+    # Arguments reach Python with undecodable bytes as lone surrogates (surrogateescape):
+    # run the real command so argv is decoded as it is for a user.
+    run = subprocess.run(
+        [sys.executable, "-m", "bertprep", "encode", "--tokenizer", str(tmp_path / "tok"), b"the cat\xe9 sat", "sat"],
+        capture_output=True, env={**os.environ, "LC_ALL": "C.UTF-8"},
+    )
+    assert run.returncode == 0, run.stderr.decode(errors="replace")
+    assert run.stdout == b"the cat sat\nsat\n"
+    assert run.stderr == b"warning: 1 invalid byte sequence replaced with U+FFFD in argument 1\n"

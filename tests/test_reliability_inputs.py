@@ -258,5 +258,5 @@ def test_100mb_single_line_through_build_shards_stays_bounded(tmp_path):
     seconds, peak, output = run_measured(cmd)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["totals"]["rows"] > 0
-    assert "1 lines over 1,000,000 characters cut" in output
+    assert "1 line over 1,000,000 characters cut" in output
     assert peak < 1.5e9, f"peak RSS {peak / 1e6:,.0f} MB in {seconds:.0f} s"
