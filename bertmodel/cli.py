@@ -195,5 +195,29 @@ def demo_command(out, steps, preset):
     run_demo(out, steps=steps, preset=preset)
 
 
+@main.command("plot", context_settings=CONTEXT_SETTINGS)
+@click.argument("runs", nargs=-1, required=True, type=EXISTING)
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="PNG to write [default: RUN/curves.png for one run, curves.png for several].")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@user_errors
+def plot_command(runs, out, overwrite):
+    """Plot training loss (raw and smoothed), learning rate and every eval_* metric from
+    each RUN's metrics.jsonl into one PNG; several RUNs share the figure, by run name.
+
+    \b
+    Example:
+      bertmodel plot run-static/ run-dynamic/ --out compare.png
+    """
+    from pathlib import Path
+
+    from bertmodel.plot import plot_runs
+
+    if out is None:
+        out = Path(runs[0]) / "curves.png" if len(runs) == 1 and Path(runs[0]).is_dir() else Path("curves.png")
+    path = plot_runs(list(runs), out, overwrite=overwrite)
+    click.echo(f"wrote {path} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
+
+
 if __name__ == "__main__":
     main()
