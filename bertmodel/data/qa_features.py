@@ -122,7 +122,7 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
     n_ctx = np.diff(ctx_splits)[context_of]
     if training:
         span = _answer_spans(examples, kept, context_of, ctx_offsets, ctx_splits, skipped)
-        keep = span[:, 0] >= 0  # answerable examples whose answer has no token are dropped too
+        keep = span[:, 0] != -2  # answerable examples whose answer has no token are dropped too
         kept = [k for k, ok in zip(kept, keep) if ok]
         context_of, q_len, max_doc, n_ctx, span = context_of[keep], q_len[keep], max_doc[keep], n_ctx[keep], span[keep]
         q_rows = np.flatnonzero(keep)  # the questions were encoded before this selection
