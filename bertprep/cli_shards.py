@@ -73,8 +73,11 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--show", type=int, default=0, metavar="N", help="Decode the first N rows, masked positions as [shown->original].")
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+              help="Also draw the length and masked-per-row histograms and the [MASK]/random/kept split (needs the plot extra).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 @user_errors
-def inspect_command(out, show, as_json):
+def inspect_command(out, show, as_json, plot_path, overwrite):
     """Summarise a shard directory, re-measuring its statistics from the rows.
 
     Prints the manifest summary, then rows, tokens, the mask rate with a 95% interval,
@@ -85,6 +88,10 @@ def inspect_command(out, show, as_json):
       bertprep inspect shards/ --show 3
     """
     report = measure(out)
+    if plot_path:
+        from bertprep.shard_plot import plot_shards
+
+        click.echo(f"wrote {plot_shards(out, report, plot_path, overwrite=overwrite)}", err=as_json)
     if as_json:
         if show:
             report["samples"] = decode_samples(out, show)
