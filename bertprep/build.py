@@ -29,7 +29,7 @@ from bertprep.executor import LocalExecutor, default_workers
 from bertprep.instances import PairConfig
 from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
-from bertprep.masking import MaskingConfig
+from bertprep.masking import MaskingConfig, cap_warnings
 from bertprep.partitions import iter_partitions
 from bertprep.progress import progress_bar
 from bertprep.tokenizer import load_tokenizer
@@ -206,6 +206,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         num_shards = min(num_shards, total_rows)
         stats = _scatter_stage(ctx, partitions, num_shards, executor, progress)
         warnings.extend(_nsp_warnings(stats, partitions))
+        warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
         shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -155,3 +155,30 @@ def apply_masking(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.
         num_kept=len(flat_index) - num_masked - num_random,
         num_random=num_random,
     )
+
+
+CAP_WARNING_SHARE = 0.9  # warn when the cap leaves less than this share of the formula's rate
+
+
+def cap_warnings(length_histogram, config: MaskingConfig) -> list[str]:
+    """A warning when `max_predictions_per_seq` holds the mask rate well below what
+    `masked_lm_prob` gives for the rows' observed lengths (e.g. 20 at length 512:
+    about 4% instead of 15%; Google's phase 2 uses 80)."""
+    counts = np.asarray(length_histogram, dtype=np.int64)
+    lengths = np.flatnonzero(counts)
+    lengths = lengths[lengths >= 3]  # [CLS] A [SEP] B [SEP] has at least 3 specials
+    counts = counts[lengths]
+    tokens = int((lengths * counts).sum())
+    if tokens == 0:
+        return []
+    uncapped = MaskingConfig(int(lengths.max()), config.masked_lm_prob)
+    capped_rate = int((num_to_predict(lengths, config) * counts).sum()) / tokens
+    uncapped_rate = int((num_to_predict(lengths, uncapped) * counts).sum()) / tokens
+    if capped_rate >= CAP_WARNING_SHARE * uncapped_rate:
+        return []
+    needed = int(num_to_predict(lengths[-1:], uncapped)[0])
+    return [
+        f"--max-predictions-per-seq {config.max_predictions_per_seq} caps masking at {capped_rate:.1%} of tokens, "
+        f"well below --masked-lm-prob {config.masked_lm_prob:g} ({uncapped_rate:.1%} for these row lengths): "
+        f"raise --max-predictions-per-seq to {needed} (rows of up to {int(lengths[-1])} tokens)"
+    ]

@@ -1,0 +1,70 @@
+"""build-shards and inspect as a user meets them: warnings, summaries, option checks."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bertprep.cli import main
+from bertprep.masking import MaskingConfig, cap_warnings
+from shard_fixtures import write_corpus, write_vocab
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path / "corpus.txt", documents=80)
+
+
+@pytest.fixture
+def vocab(tmp_path):
+    return write_vocab(tmp_path / "vocab.txt")
+
+
+def build_cli(tmp_path, *inputs, out="out", **options):
+    args = ["build-shards", *map(str, inputs), "--out", str(tmp_path / out), "--quiet",
+            "--cache-dir", str(tmp_path / "cache"), "--workers", "1", "--dupe-factor", "1"]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return CliRunner().invoke(main, args)
+
+
+def histogram(**rows_by_length) -> list[int]:
+    counts = [0] * 513
+    for length, rows in rows_by_length.items():
+        counts[int(length.removeprefix("L"))] = rows
+    return counts
+
+
+def test_cap_warning_figures():
+    # 512-token rows want round(512 * 0.15) = 77 predictions; a cap of 20 gives 20/512.
+    [warning] = cap_warnings(histogram(L512=100), MaskingConfig(max_predictions_per_seq=20))
+    assert warning == (
+        "--max-predictions-per-seq 20 caps masking at 3.9% of tokens, well below --masked-lm-prob 0.15 "
+        "(15.0% for these row lengths): raise --max-predictions-per-seq to 77 (rows of up to 512 tokens)"
+    )
+    # BERT's own settings never warn: 20 at 128 (round(19.2) = 19), 80 at 512.
+    assert cap_warnings(histogram(L128=100, L40=30), MaskingConfig(20, 0.15)) == []
+    assert cap_warnings(histogram(L512=100), MaskingConfig(80, 0.15)) == []
+    # A cap that binds on a few long rows only keeps the rate within 10%: no warning.
+    assert cap_warnings(histogram(L128=100, L200=2), MaskingConfig(20, 0.15)) == []
+    assert cap_warnings([0] * 129, MaskingConfig()) == []
+
+
+def test_build_warns_when_the_cap_bounds_the_mask_rate(corpus, vocab, tmp_path):
+    result = build_cli(tmp_path, corpus, tokenizer=vocab, max_predictions_per_seq=5)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    lengths = np.flatnonzero(manifest["statistics"]["length_histogram"])
+    observed = manifest["statistics"]["mask_rate"]  # measured from the rows written
+    assert observed < 0.1
+    [warning] = [line for line in result.stderr.splitlines() if "--max-predictions-per-seq" in line]
+    assert warning == (
+        f"warning: --max-predictions-per-seq 5 caps masking at {observed:.1%} of tokens, well below "
+        f"--masked-lm-prob 0.15 (15.0% for these row lengths): raise --max-predictions-per-seq to "
+        f"{round(lengths.max() * 0.15)} (rows of up to {lengths.max()} tokens)"
+    )
+    result = build_cli(tmp_path, corpus, tokenizer=vocab, out="default")
+    assert result.exit_code == 0, result.output
+    assert "--max-predictions-per-seq" not in result.stderr
