@@ -8,6 +8,7 @@ import click
 from bertprep.build import BuildConfig, build_shards
 from bertprep.cli import main, user_errors
 from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
+from bertprep.corpus import plural
 from bertprep.executor import default_workers
 from bertprep.inspect_shards import decode_samples, format_report, measure
 
@@ -58,10 +59,11 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
         f"Wrote {totals['rows']:,} rows ({totals['tokens']:,} tokens) in {len(m['shards'])} shards to {result.out} "
         f"in {result.seconds:.1f} s ({mb / result.seconds:.1f} MB/s of text, {totals['rows'] / result.seconds:,.0f} rows/s)"
     )
-    click.echo(
-        f"  corpus: {totals['documents']:,} documents, {totals['sentences']:,} sentences, {mb:.1f} MB; "
-        f"{result.read_stats.summary()}"
-    )
+    # One size, as read: the text's own size differs a little (line ends, stripped spaces).
+    corpus = f"  corpus: {result.read_stats.summary()}"
+    if totals["documents"] != result.read_stats.documents:
+        corpus += f"; {plural(totals['documents'], 'document')} with tokens"
+    click.echo(corpus)
     click.echo(
         f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
         f"random {stats['share_random']:.3f}; NSP random B {stats['next_sentence_random_fraction']:.3f}; "

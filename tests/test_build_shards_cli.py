@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertprep.cli import main
+from bertprep.corpus import format_size
 from bertprep.masking import MaskingConfig, cap_warnings
 from shard_fixtures import write_corpus, write_vocab
 
@@ -68,3 +69,14 @@ def test_build_warns_when_the_cap_bounds_the_mask_rate(corpus, vocab, tmp_path):
     result = build_cli(tmp_path, corpus, tokenizer=vocab, out="default")
     assert result.exit_code == 0, result.output
     assert "--max-predictions-per-seq" not in result.stderr
+
+
+def test_corpus_summary_gives_one_size(tmp_path, vocab):
+    corpus = write_corpus(tmp_path / "big.txt", documents=400)  # over 10 kB: a size in kB
+    result = build_cli(tmp_path, corpus, tokenizer=vocab)
+    assert result.exit_code == 0, result.output
+    totals = json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("  corpus:")]
+    assert line == (f"  corpus: 1 file, {format_size(corpus.stat().st_size)}, {totals['documents']:,} documents, "
+                    f"{totals['sentences']:,} sentences")
+    assert format_size(corpus.stat().st_size).endswith(" kB")
