@@ -282,7 +282,8 @@ def _select(table: _Table, source: str, text_column, text_pair_column, label_col
         # "3" from a command line means index 3 in a header-less file.
         if isinstance(column, str) and column.isdigit() and int(column) in table.columns:
             return int(column)
-        shown = ", ".join(repr(c) for c in table.columns[:30])
+        # A header-less file read as if it had one shows its first row: keep that short.
+        shown = ", ".join(repr(c) if len(str(c)) <= 40 else repr(str(c)[:40]) + "…" for c in table.columns[:30])
         more = f", … ({len(table.columns)} in all)" if len(table.columns) > 30 else ""
         raise BertmodelError(f"{source}: no {role} column {column!r}; the columns are {shown}{more}"
                              f"{table.hint}")
