@@ -10,7 +10,7 @@ from bertprep.cli import main, user_errors
 from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
 from bertprep.corpus import plural
 from bertprep.executor import default_workers
-from bertprep.inspect_shards import decode_samples, format_report, measure
+from bertprep.inspect_shards import decode_samples, format_report, measure, sample_rows
 
 DEFAULTS = BuildConfig(workers=1)
 
@@ -73,8 +73,8 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
 
 @main.command("inspect")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
-@click.option("--show", type=int, default=0, metavar="N", help="Decode the first N rows, masked positions as [shown->original].")
-@click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
+@click.option("--show", type=click.IntRange(min=0), default=0, metavar="N", help="Decode the first N rows, masked positions as [shown->original].")
+@click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON (with --show, the rows' ids and tokens).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
               help="Also draw the length and masked-per-row histograms and the [MASK]/random/kept split (needs the plot extra).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
@@ -96,7 +96,7 @@ def inspect_command(out, show, as_json, plot_path, overwrite):
         click.echo(f"wrote {plot_shards(out, report, plot_path, overwrite=overwrite)}", err=as_json)
     if as_json:
         if show:
-            report["samples"] = decode_samples(out, show)
+            report["samples"] = sample_rows(out, show)
         click.echo(json.dumps(report, indent=2))
         return
     click.echo(format_report(report))

@@ -115,21 +115,39 @@ def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
     }
 
 
-def decode_samples(out, count: int) -> list[str]:
-    """The first `count` rows of the first shard, both segments visible, each masked
-    position shown as [shown->original] (shown = [MASK], a random token or the same)."""
+def sample_rows(out, count: int) -> list[dict]:
+    """The first `count` rows of the first shard as stored, each id with its token:
+    `tokens` as the model sees them (masking applied), `masked_lm_tokens` the originals."""
     out = pathlib.Path(out)
     manifest = read_manifest(out)
     vocab = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
     table = open_shard(out / manifest["shards"][0]["name"]).slice(0, count)
-    lines = []
+    samples = []
     for r, row in enumerate(table.to_pylist()):
-        tokens = [vocab[i] for i in row[schema.INPUT_IDS]]
-        for pos, label in zip(row[schema.MASKED_LM_POSITIONS], row[schema.MASKED_LM_IDS]):
-            tokens[pos] = f"[{tokens[pos]}->{vocab[label]}]"
-        boundary = row[schema.TOKEN_TYPE_IDS].index(1)
-        kind = "random B" if row[schema.NEXT_SENTENCE_LABEL] == 1 else "actual next B"
-        lines.append(f"#{r} ({len(tokens)} tokens, {kind})")
+        samples.append({
+            "row": r,
+            schema.INPUT_IDS: row[schema.INPUT_IDS],
+            "tokens": [vocab[i] for i in row[schema.INPUT_IDS]],
+            schema.TOKEN_TYPE_IDS: row[schema.TOKEN_TYPE_IDS],
+            schema.MASKED_LM_POSITIONS: row[schema.MASKED_LM_POSITIONS],
+            schema.MASKED_LM_IDS: row[schema.MASKED_LM_IDS],
+            "masked_lm_tokens": [vocab[i] for i in row[schema.MASKED_LM_IDS]],
+            schema.NEXT_SENTENCE_LABEL: row[schema.NEXT_SENTENCE_LABEL],
+        })
+    return samples
+
+
+def decode_samples(out, count: int) -> list[str]:
+    """The first `count` rows of the first shard, both segments visible, each masked
+    position shown as [shown->original] (shown = [MASK], a random token or the same)."""
+    lines = []
+    for sample in sample_rows(out, count):
+        tokens = list(sample["tokens"])
+        for pos, original in zip(sample[schema.MASKED_LM_POSITIONS], sample["masked_lm_tokens"]):
+            tokens[pos] = f"[{tokens[pos]}->{original}]"
+        boundary = sample[schema.TOKEN_TYPE_IDS].index(1)
+        kind = "random B" if sample[schema.NEXT_SENTENCE_LABEL] == 1 else "actual next B"
+        lines.append(f"#{sample['row']} ({len(tokens)} tokens, {kind})")
         lines.append("  A: " + " ".join(tokens[:boundary]))
         lines.append("  B: " + " ".join(tokens[boundary:]))
     return lines

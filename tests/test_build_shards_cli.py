@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from bertprep.cli import main
 from bertprep.corpus import format_size
 from bertprep.masking import MaskingConfig, cap_warnings
-from shard_fixtures import write_corpus, write_vocab
+from shard_fixtures import read_rows, write_corpus, write_vocab
 
 
 @pytest.fixture
@@ -80,3 +80,22 @@ def test_corpus_summary_gives_one_size(tmp_path, vocab):
     assert line == (f"  corpus: 1 file, {format_size(corpus.stat().st_size)}, {totals['documents']:,} documents, "
                     f"{totals['sentences']:,} sentences")
     assert format_size(corpus.stat().st_size).endswith(" kB")
+
+
+def test_inspect_json_samples_and_show_range(corpus, vocab, tmp_path):
+    assert build_cli(tmp_path, corpus, tokenizer=vocab).exit_code == 0
+    out = tmp_path / "out"
+    runner = CliRunner()
+    result = runner.invoke(main, ["inspect", str(out), "--json", "--show", "2"])
+    assert result.exit_code == 0, result.output
+    samples = json.loads(result.stdout)["samples"]
+    words = vocab.read_text(encoding="utf-8").splitlines()
+    assert [s["row"] for s in samples] == [0, 1]
+    for sample, row in zip(samples, read_rows(out)[:2]):  # the first shard's first rows
+        assert {k: sample[k] for k in row} == row
+        assert sample["tokens"] == [words[i] for i in row["input_ids"]]
+        assert sample["masked_lm_tokens"] == [words[i] for i in row["masked_lm_ids"]]
+        assert sample["tokens"][0] == "[CLS]" and "[MASK]" in sample["tokens"]
+    result = runner.invoke(main, ["inspect", str(out), "--show", "-1"])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: Invalid value for '--show': -1 is not in the range x>=0.\n"
