@@ -29,8 +29,10 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/bertmodel demo --out $(DEMO_OUT)
 
+# TOKENIZERS_PARALLELISM=true as many transformers users set it: the suite must pass
+# (and not hang) when the tokenizers thread pool exists before a build starts workers.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q
+	TOKENIZERS_PARALLELISM=true $(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_train_tokenizer.py

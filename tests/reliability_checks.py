@@ -23,7 +23,10 @@ MODEL = [sys.executable, "-c", "from bertmodel.cli import main; main()"]
 # Run a CLI with one function wrapped in a pause, so a test can signal the process at
 # exactly that point. argv: FLAG MODULE:NAME (prep|model) ARGS... The first PAUSE_AFTER
 # calls (default 0) run normally; the next one creates FLAG and then sleeps, or, when
-# RESUME_FLAG is set, waits for that file and goes on with the call.
+# RESUME_FLAG is set, waits for that file and goes on with the call. Either wait ends
+# after PAUSE_DEADLINE seconds (default 300) with exit code 124, so a test that never
+# signals or resumes the process cannot leave it spinning.
+PAUSE_DEADLINE_EXIT = 124
 PAUSE_AT = r"""
 import importlib, os, pathlib, sys, time
 flag, target, which, *args = sys.argv[1:]
@@ -38,7 +41,11 @@ def pause(*a, **k):
     calls[0] += 1
     if calls[0] == after + 1:
         pathlib.Path(flag).touch()
+        deadline = time.monotonic() + float(os.environ.get("PAUSE_DEADLINE", "300"))
         while not (resume and os.path.exists(resume)):
+            if time.monotonic() > deadline:
+                sys.stderr.write("paused past PAUSE_DEADLINE; giving up\n")
+                os._exit(124)
             time.sleep(0.02)
     return original(*a, **k)
 setattr(owner, name, pause)
@@ -94,13 +101,14 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
 
 
 def start_paused(target: str, which: str, args: list, flag: pathlib.Path, after: int = 0,
-                 resume: pathlib.Path | None = None) -> subprocess.Popen:
-    """Start the CLI paused at `target` (module:function) and wait until it is there."""
-    env = {**os.environ, "PAUSE_AFTER": str(after)}
+                 resume: pathlib.Path | None = None, deadline: float = 300.0, **popen) -> subprocess.Popen:
+    """Start the CLI paused at `target` (module:function) and wait until it is there.
+    The pause lasts at most `deadline` seconds (then the process exits 124)."""
+    env = {**os.environ, "PAUSE_AFTER": str(after), "PAUSE_DEADLINE": str(deadline)}
     if resume is not None:
         env["RESUME_FLAG"] = str(resume)
     proc = subprocess.Popen([sys.executable, "-c", PAUSE_AT, str(flag), target, which, *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
     wait_for(flag.exists, proc)
     return proc
 
