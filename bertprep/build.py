@@ -30,8 +30,10 @@ from bertprep.instances import PairConfig
 from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
+from bertprep.pair_quality import degenerate_pairs_warning, figures
 from bertprep.partitions import iter_partitions
 from bertprep.progress import progress_bar
+from bertprep.prose import vocabulary_lookup
 from bertprep.tokenizer import load_tokenizer
 
 MB = 1 << 20
@@ -198,14 +200,14 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     read_stats = ReadStats()
     warnings: list[str] = []
     with LocalExecutor(config.workers) as executor:
-        partitions = _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings)
+        partitions = _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings, vocabulary_lookup(tok))
         total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
         if total_rows == 0:
             raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
         stats = _scatter_stage(ctx, partitions, num_shards, executor, progress)
-        warnings.extend(_nsp_warnings(stats, partitions))
+        warnings.extend(_pair_warnings(spec, config, stats, partitions))
         warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
         shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
     for warning in warnings:
@@ -248,8 +250,8 @@ def _expected_text_bytes(spec: CorpusSpec) -> int | None:
     return sum(f.stat().st_size for f in files)
 
 
-def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings) -> list[dict]:
-    documents = iter_documents(spec, read_stats)
+def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings, known_word) -> list[dict]:
+    documents = iter_documents(spec, read_stats, known_word)
     calls = ((ctx, p) for p in iter_partitions(documents, config.partition_bytes))
     results = []
     bar = progress_bar(progress, total=_expected_text_bytes(spec), desc="tokenize+pair", unit="B", unit_scale=True, unit_divisor=1024)
@@ -271,32 +273,23 @@ def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings) -> 
     if not results or sum(r["tokens"] for r in results) == 0:
         raise BertprepError(f"{_inputs_label(spec)}: no text found")
     if total_docs < 2:
-        raise BertprepError(
-            f"{_inputs_label(spec)}: NSP needs at least two documents, found {total_docs} "
-            "(separate documents with a blank line, or use --sentences split for a document per line)"
-        )
+        hint = ("in --sentences prose a document is a file: give several, or cut them with --document-separator"
+                if spec.sentences == "prose" else
+                "separate documents with a blank line, or use --sentences split for a document per line")
+        raise BertprepError(f"{_inputs_label(spec)}: NSP needs at least two documents, found {total_docs} ({hint})")
     return results
 
 
-NSP_RANDOM_WARNING = 0.9  # the reference gives about 0.5-0.6
-
-
-def _nsp_warnings(stats: dict, partitions: list[dict]) -> list[str]:
-    """A corpus of one-sentence documents is legal (Google's script makes every pair a
-    random-next one then), but NSP learns nothing from it: say so, and why."""
-    if not stats.get("rows"):
-        return []
-    fraction = stats["next_sentence_random"] / stats["rows"]
-    if fraction < NSP_RANDOM_WARNING:
-        return []
-    documents = sum(p["documents"] for p in partitions)
-    sentences = sum(p["sentences"] for p in partitions)
-    if sentences == documents:
-        why = (f"every document is one sentence ({documents:,} documents), so no pair can be is-next; "
-               "if each line is a paragraph, use --sentences split")
-    else:
-        why = "most documents give no is-next pair (a single sentence, or sentences longer than --max-seq-length)"
-    return [f"{fraction:.1%} of NSP pairs have a random B (the reference gives about 50%): {why}"]
+def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partitions: list[dict]) -> list[str]:
+    """One warning when documents are so short that the pairs degenerate (pair_quality.py)."""
+    rows = stats.get("rows", 0)
+    totals = {key: sum(p.get(key, 0) for p in partitions)
+              for key in ("documents", "sentences", "chunks", "single_sentence_chunks")}
+    totals["corpus_tokens"] = sum(p["tokens"] for p in partitions)
+    mean_length = sum(i * n for i, n in enumerate(stats["length_histogram"])) / rows if rows else 0.0
+    found = figures(totals, rows, stats.get("next_sentence_random", 0), mean_length, config.max_seq_length)
+    warning = degenerate_pairs_warning(found, spec.sentences, spec.document_separator)
+    return [warning] if warning else []
 
 
 def _scatter_stage(ctx, partitions, num_shards, executor, progress) -> dict:

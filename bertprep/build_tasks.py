@@ -121,9 +121,10 @@ def pair_partition(ctx: TaskContext, partition: PartitionText) -> dict:
         cache.save(partition.text_hash, ctx.tokenizer_fingerprint, part)
     passes = {}
     counts = []
+    chunks = {"chunks": 0, "single_sentence_chunks": 0}
     for dupe in range(ctx.dupe_factor):
         rng = random.Random(stream_seed(ctx.seed, "pairs", partition.index, dupe))
-        pairs = build_pairs(part, ctx.pairs, rng) if part.num_documents >= 2 else np.zeros((0, 5), np.int64)
+        pairs = build_pairs(part, ctx.pairs, rng, chunks) if part.num_documents >= 2 else np.zeros((0, 5), np.int64)
         passes[f"pass_{dupe}"] = pairs
         counts.append(len(pairs))
     _save_npz(_work(ctx, f"pairs-{partition.index:06d}.npz"), passes)
@@ -135,6 +136,7 @@ def pair_partition(ctx: TaskContext, partition: PartitionText) -> dict:
         "sentences": part.num_sentences,
         "tokens": part.num_tokens,
         "rows_per_pass": counts,
+        **chunks,  # over all passes, for the degenerate-pairs check (pair_quality.py)
         "engine": engine,
         "cached": cached,
         "mismatches": mismatches,

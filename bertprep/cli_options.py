@@ -2,8 +2,9 @@
 
     @main.command("train-tokenizer")
     @corpus_options
-    def train_tokenizer(inputs, text_field, dataset, dataset_config, split, sentences, ...):
-        spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    def train_tokenizer(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, ...):
+        spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
+                                        document_separator)
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import click
 
 from bertprep.corpus import SENTENCE_MODES, CorpusSpec
+from bertprep.errors import BertprepError
 
 _UNITS = {
     "": 1, "b": 1,
@@ -36,6 +38,16 @@ def parse_size(text: str | int) -> int:
     if not unit:
         raise ValueError(f"{text!r} is not a size: use bytes or a unit, e.g. 500MB, 1.5GB, 20MiB")
     return round(float(match.group(1)) * unit)
+
+
+def size_text(n_bytes: int) -> str:
+    """The inverse of parse_size, in the largest unit that is exact: 8388608 -> "8MiB",
+    500000000 -> "500MB", 1234 -> "1234"."""
+    for unit in ("TiB", "TB", "GiB", "GB", "MiB", "MB", "KiB", "KB"):
+        size = _UNITS[unit.lower()]
+        if n_bytes >= size and n_bytes % size == 0:
+            return f"{n_bytes // size}{unit}"
+    return str(n_bytes)
 
 
 class SizeParamType(click.ParamType):
@@ -79,7 +91,15 @@ def corpus_options(fn):
             default="lines",
             show_default=True,
             help="lines: one sentence per line, blank line between documents (BERT's layout); "
-            "split: each line is a paragraph, split into sentences by a rule-based splitter.",
+            "split: each line is a paragraph, split into sentences by a rule-based splitter; "
+            "prose: hard-wrapped books or articles, blank line between paragraphs, wrapped lines "
+            "joined and split into sentences, a document per file.",
+        ),
+        click.option(
+            "--document-separator",
+            metavar="REGEX",
+            help="A line matching REGEX (searched in the stripped line) ends a document and is dropped, "
+            "e.g. '^CHAPTER ' or '^[*]{3} (START|END) OF' for Project Gutenberg books.",
         ),
     ]
     for option in reversed(options):
@@ -88,18 +108,22 @@ def corpus_options(fn):
 
 
 def corpus_spec_from_options(
-    inputs, text_field, dataset, dataset_config, split, sentences
+    inputs, text_field, dataset, dataset_config, split, sentences, document_separator=None
 ) -> CorpusSpec:
     """The CorpusSpec for corpus_options' values; click.UsageError for a bad combination."""
     if not inputs and not dataset:
         raise click.UsageError("give at least one INPUT file or directory, or --dataset")
     if dataset_config and not dataset:
         raise click.UsageError("--dataset-config only applies with --dataset")
-    return CorpusSpec(
-        paths=tuple(inputs),
-        text_field=text_field,
-        dataset=dataset,
-        dataset_config=dataset_config,
-        split=split,
-        sentences=sentences or "lines",
-    )
+    try:
+        return CorpusSpec(
+            paths=tuple(inputs),
+            text_field=text_field,
+            dataset=dataset,
+            dataset_config=dataset_config,
+            split=split,
+            sentences=sentences or "lines",
+            document_separator=document_separator or None,
+        )
+    except BertprepError as exc:  # a --document-separator that is no usable regex
+        raise click.UsageError(str(exc)) from None

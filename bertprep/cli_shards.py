@@ -36,7 +36,7 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT (only once the new build is complete).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @user_errors
-def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, tokenizer_path, out, workers, overwrite, quiet, **options):
+def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, tokenizer_path, out, workers, overwrite, quiet, **options):
     """Build masked next-sentence-prediction pairs into Arrow shards.
 
     Reads INPUT... (text with a sentence per line and a blank line between documents,
@@ -49,7 +49,7 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     Example:
       bertprep build-shards corpus.txt --tokenizer tok/ --out shards/ --dupe-factor 5
     """
-    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences, document_separator)
     config = BuildConfig(workers=workers if workers is not None else default_workers(), **options)
     result = build_shards(spec, tokenizer_path, out, config, overwrite=overwrite, progress=not quiet)
     m = result.manifest

@@ -20,6 +20,14 @@ memory. What a document is:
   default "text") is split into lines.
 - `sentences="lines"`: each line is one sentence. `sentences="split"`: each line is a
   paragraph, cut into sentences by `bertprep.sentences.split_sentences`.
+- `sentences="prose"` (hard-wrapped books and articles): a blank line ends a paragraph,
+  not a document; the lines of a paragraph are joined (`bertprep.prose`: words split
+  across a line break are re-joined only when clearly one word) and split into
+  sentences; a file, or a record, is one document. Inside `<doc>` and in WikiText,
+  whose lines are whole paragraphs, it reads as "split".
+- `document_separator` (a regex, any layout): a line it matches (`re.search` on the
+  stripped line) ends the current document and is dropped, e.g. `^CHAPTER ` or
+  `^[*]{3} (START|END) OF`.
 - Documents never span input files (DESIGN.md).
 
 Limits, so memory is bounded whatever the input: a line longer than
@@ -40,10 +48,11 @@ from typing import Iterable, Iterator
 
 from bertprep import hf_datasets, readers
 from bertprep.errors import BertprepError, describe_path
+from bertprep.prose import KnownWord, ProseParagraphs
 from bertprep.readers import FileCounts
 from bertprep.sentences import split_sentences
 
-SENTENCE_MODES = ("lines", "split")
+SENTENCE_MODES = ("lines", "split", "prose")
 DEFAULT_SPLIT = "train"
 MAX_DOCUMENT_CHARS = 10_000_000
 MAX_DOCUMENT_SENTENCES = 100_000  # bounds memory when sentences are tiny
@@ -67,7 +76,8 @@ class CorpusSpec:
     dataset: str | None = None  # Hugging Face dataset name, or a save_to_disk directory
     dataset_config: str | None = None
     split: str | None = None  # default "train"
-    sentences: str = "lines"  # "lines": a sentence per line | "split": split paragraphs
+    sentences: str = "lines"  # "lines": a sentence per line | "split": split paragraphs | "prose": wrapped text
+    document_separator: str | None = None  # a regex: a line it matches ends a document
 
     def __post_init__(self):
         if isinstance(self.paths, (str, os.PathLike)):
@@ -75,6 +85,18 @@ class CorpusSpec:
         object.__setattr__(self, "paths", tuple(str(p) for p in self.paths))
         if self.sentences not in SENTENCE_MODES:
             raise BertprepError(f"sentences must be one of {', '.join(SENTENCE_MODES)}, not {self.sentences!r}")
+        self.separator_pattern()  # a bad regex fails here, before any reading
+
+    def separator_pattern(self) -> re.Pattern | None:
+        if self.document_separator is None:
+            return None
+        try:
+            pattern = re.compile(self.document_separator)
+        except re.error as exc:
+            raise BertprepError(f"--document-separator: {self.document_separator!r} is not a valid regular expression ({exc})") from None
+        if pattern.search(""):
+            raise BertprepError(f"--document-separator: {self.document_separator!r} matches an empty line, so it would match every line")
+        return pattern
 
     @property
     def split_name(self) -> str:
@@ -93,6 +115,7 @@ class ReadStats:
     files_with_invalid: list[str] = field(default_factory=list)
     long_lines: int = 0  # lines over readers.MAX_LINE_CHARS, cut into pieces
     long_documents: int = 0  # documents over MAX_DOCUMENT_CHARS or _SENTENCES, cut into several
+    hyphens_removed: int = 0  # "prose": line-end hyphens of words re-joined
 
     def add(self, path: str, counts: FileCounts) -> None:
         self.files += 1
@@ -115,6 +138,8 @@ class ReadStats:
             text += f"; {plural(self.long_lines, 'line')} over {readers.MAX_LINE_CHARS:,} characters cut"
         if self.long_documents:
             text += f"; {plural(self.long_documents, 'over-long document')} cut"
+        if self.hyphens_removed:
+            text += f"; {self.hyphens_removed:,} words split at a line end re-joined"
         return text
 
 
@@ -197,27 +222,32 @@ def _looks_like_corpus_file(path: Path) -> bool:
 # ---------------------------------------------------------------- documents
 
 
-def iter_documents(spec: CorpusSpec, stats: ReadStats | None = None) -> Iterator[list[str]]:
-    """Every document of the corpus in input order (see the module docstring)."""
+def iter_documents(
+    spec: CorpusSpec, stats: ReadStats | None = None, known_word: KnownWord | None = None
+) -> Iterator[list[str]]:
+    """Every document of the corpus in input order (see the module docstring).
+    known_word (e.g. `prose.vocabulary_lookup(tokenizer)`) helps "prose" re-join words
+    split across a line break; without it only the corpus's own evidence is used."""
     stats = stats if stats is not None else ReadStats()
     inputs = resolve_input_files(spec)
     before = stats.documents
     for path in inputs:
-        yield from _input_documents(path, readers.format_of(path), spec, stats)
+        yield from _input_documents(path, readers.format_of(path), spec, stats, known_word)
     if spec.dataset:
-        yield from _input_documents(spec.dataset, "dataset", spec, stats)
+        yield from _input_documents(spec.dataset, "dataset", spec, stats, known_word)
     if stats.documents == before:
         names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
         raise BertprepError(f"{shown}: no text found")
 
 
-def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats) -> Iterator[list[str]]:
+def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats, known_word) -> Iterator[list[str]]:
     """The documents of one file, saved dataset directory or (kind "dataset") spec.dataset."""
     counts = FileCounts()
     before = stats.documents
+    builder = _DocumentBuilder(spec, counts, stats, known_word)
     if kind == "text":
-        documents = _text_documents(readers.iter_lines(source, counts), spec.sentences, counts, stats)
+        documents = _text_documents(readers.iter_lines(source, counts), builder)
     else:
         if kind == "jsonl":
             texts = readers.iter_jsonl_texts(source, spec.text_field, counts)
@@ -226,7 +256,7 @@ def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats) -> I
         else:
             config = spec.dataset_config if source == spec.dataset else None
             texts = hf_datasets.iter_dataset_texts(source, config, spec.split_name, spec.text_field, counts)
-        documents = _record_documents(texts, spec.sentences, counts, stats)
+        documents = _record_documents(texts, builder)
     yield from documents
     if stats.documents == before and counts.invalid_bytes:
         raise BertprepError(
@@ -236,19 +266,49 @@ def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats) -> I
 
 
 class _DocumentBuilder:
-    """Collects sentences; closes documents at boundaries and at MAX_DOCUMENT_CHARS."""
+    """Collects sentences; closes documents at boundaries and at MAX_DOCUMENT_CHARS.
+    In "prose", wrapped lines wait in `self.prose` until the document closes."""
 
-    def __init__(self, sentences: str, counts: FileCounts, stats: ReadStats):
-        self.split = sentences == "split"
+    def __init__(self, spec: CorpusSpec, counts: FileCounts, stats: ReadStats, known_word=None):
+        self.split = spec.sentences in ("split", "prose")
+        self.prose = ProseParagraphs(known_word) if spec.sentences == "prose" else None
+        self.separator = spec.separator_pattern()
         self.counts = counts
         self.stats = stats
         self.sentences: list[str] = []
         self.chars = 0
 
-    def add_line(self, line: str) -> Iterator[list[str]]:
-        """Add one stripped, non-empty line; yields a document if it grew too long."""
+    def is_separator(self, line: str) -> bool:
+        return self.separator is not None and self.separator.search(line) is not None
+
+    def blank_line(self) -> Iterator[list[str]]:
+        """A blank line: ends a paragraph in "prose", a document otherwise."""
+        if self.prose is not None:
+            self.prose.end_paragraph()
+        else:
+            yield from self.close()
+
+    def add_line(self, line: str, wrapped: bool = True) -> Iterator[list[str]]:
+        """Add one stripped, non-empty line (in "prose", part of a paragraph when
+        wrapped); yields a document if it grew too long."""
         if ("\ufffd" in line or "\x00" in line) and not line.translate(_JUNK).strip():
             return  # only undecodable bytes: tokenizes to nothing, so no sentence, no boundary
+        if self.prose is not None and wrapped:
+            self.prose.add_line(line)
+            if self.prose.chars >= MAX_DOCUMENT_CHARS:
+                yield from self._take_prose()  # the sentence limits below cut the document
+            return
+        yield from self._take_prose()  # wrapped lines before an unwrapped one come first
+        yield from self._add_paragraph(line)
+
+    def _take_prose(self) -> Iterator[list[str]]:
+        if self.prose is not None and self.prose.paragraphs:
+            for paragraph in self.prose.take():
+                yield from self._add_paragraph(paragraph)
+            self.stats.hyphens_removed += self.prose.hyphens_removed
+            self.prose.hyphens_removed = 0
+
+    def _add_paragraph(self, line: str) -> Iterator[list[str]]:
         for piece in readers.cut_long_line(line, self.counts):
             for sentence in split_sentences(piece) if self.split else (piece.strip(),):
                 if not sentence:  # a cut piece can be all whitespace
@@ -260,6 +320,7 @@ class _DocumentBuilder:
                     yield from self.close()
 
     def close(self) -> Iterator[list[str]]:
+        yield from self._take_prose()
         if self.sentences:
             document, self.sentences, self.chars = self.sentences, [], 0
             self.stats.documents += 1
@@ -267,11 +328,8 @@ class _DocumentBuilder:
             yield document
 
 
-def _text_documents(
-    lines: Iterable[str], sentences: str, counts: FileCounts, stats: ReadStats
-) -> Iterator[list[str]]:
-    """Documents of a plain-text file: reference layout, WikiExtractor, WikiText."""
-    builder = _DocumentBuilder(sentences, counts, stats)
+def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator[list[str]]:
+    """Documents of a plain-text file: reference layout, prose, WikiExtractor, WikiText."""
     wikitext: bool | None = None  # decided by the first non-blank line
     in_doc = False  # inside <doc> ... </doc>
     title: str | None = None  # a WikiExtractor title line still to drop
@@ -279,10 +337,13 @@ def _text_documents(
         line = raw.strip()
         if not line:
             if not in_doc and not wikitext:
-                yield from builder.close()
+                yield from builder.blank_line()
             continue
         if wikitext is None:
             wikitext = _wikitext_level(line) == 1
+        if builder.is_separator(line):
+            yield from builder.close()
+            continue
         if line.startswith("<doc") and _DOC_OPEN.fullmatch(line):
             yield from builder.close()
             in_doc = True
@@ -303,7 +364,7 @@ def _text_documents(
                 yield from builder.close()
             if level:
                 continue
-        yield from builder.add_line(line)
+        yield from builder.add_line(line, wrapped=not in_doc and not wikitext)
     yield from builder.close()
 
 
@@ -315,15 +376,18 @@ def _wikitext_level(line: str) -> int:
     return match.group(1).count("=")
 
 
-def _record_documents(
-    texts: Iterable[str], sentences: str, counts: FileCounts, stats: ReadStats
-) -> Iterator[list[str]]:
-    """One document per record; its text's non-blank lines are sentences or paragraphs."""
-    builder = _DocumentBuilder(sentences, counts, stats)
+def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterator[list[str]]:
+    """One document per record (or per separated section of one); its text's non-blank
+    lines are sentences, paragraphs or, in "prose", wrapped lines of paragraphs."""
     for text in texts:
         for line in text.split("\n"):
             line = line.strip()
-            if line:
+            if not line:
+                if builder.prose is not None:
+                    builder.prose.end_paragraph()
+            elif builder.is_separator(line):
+                yield from builder.close()
+            else:
                 yield from builder.add_line(line)
         yield from builder.close()
 

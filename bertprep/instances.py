@@ -91,10 +91,12 @@ def _front_cut(rng: random.Random, removed: int) -> int:
     return bin(rng.getrandbits(removed)).count("1") if removed > 0 else 0
 
 
-def build_pairs(part: TokenizedPartition, config: PairConfig, rng: random.Random) -> np.ndarray:
+def build_pairs(part: TokenizedPartition, config: PairConfig, rng: random.Random, counts: dict | None = None) -> np.ndarray:
     """All NSP instances of one pass over the partition, as an (N, 5) int64 array of
     `(a_start, a_len, b_start, b_len, is_random)`. Documents are visited in order; the
-    global shuffle happens later."""
+    global shuffle happens later. `counts`, when given, gains "chunks" and
+    "single_sentence_chunks" (always random-next, so their share shows how far the NSP
+    random fraction is pushed above 0.5)."""
     num_docs = part.num_documents
     if num_docs < 2:
         raise BertprepError("NSP needs at least two documents; this input has one")
@@ -102,15 +104,23 @@ def build_pairs(part: TokenizedPartition, config: PairConfig, rng: random.Random
     do = part.document_offsets.tolist()
     max_tokens = config.max_num_tokens
     out: list[tuple[int, int, int, int, int]] = []
+    chunks = singles = 0
     for d in range(num_docs):
-        _pairs_of_document(so, do, d, num_docs, max_tokens, config.short_seq_prob, rng, out)
+        c, s = _pairs_of_document(so, do, d, num_docs, max_tokens, config.short_seq_prob, rng, out)
+        chunks += c
+        singles += s
+    if counts is not None:
+        counts["chunks"] = counts.get("chunks", 0) + chunks
+        counts["single_sentence_chunks"] = counts.get("single_sentence_chunks", 0) + singles
     if not out:
         return np.zeros((0, 5), dtype=np.int64)
     return np.asarray(out, dtype=np.int64)
 
 
-def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out) -> None:
+def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out) -> tuple[int, int]:
+    """Appends the document's instances to out; returns (chunks, single-sentence chunks)."""
     first, end = do[d], do[d + 1]  # sentence range of this document
+    chunks = singles = 0
     # The target length is drawn once per document per pass, as in the reference.
     target = _uniform_int(rng, 2, max_tokens) if rng.random() < short_seq_prob else max_tokens
     i = first
@@ -119,6 +129,8 @@ def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out
         # the target, or at the end of the document.
         j = min(bisect_left(so, so[i] + target, i + 1, end + 1), end) - 1
         chunk_len = j - i + 1
+        chunks += 1
+        singles += chunk_len == 1
         a_end = _uniform_int(rng, 1, chunk_len - 1) if chunk_len >= 2 else 1
         a_start, a_stop = so[i], so[i + a_end]
         if chunk_len == 1 or rng.random() < 0.5:
@@ -144,3 +156,4 @@ def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out
         if new_a > 0 and new_b > 0:
             out.append((a_start, new_a, b_start, new_b, is_random))
         i = next_i
+    return chunks, singles

@@ -53,6 +53,10 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
             "documents": sum(p["documents"] for p in partitions),
             "sentences": sum(p["sentences"] for p in partitions),
             "corpus_tokens": sum(p["tokens"] for p in partitions),
+            # Chunks of sentences pairing walked over, all passes; one-sentence ones are
+            # always random-next (older pair markers lack the counts: 0).
+            "chunks": sum(p.get("chunks", 0) for p in partitions),
+            "single_sentence_chunks": sum(p.get("single_sentence_chunks", 0) for p in partitions),
             "text_bytes": sum(p["text_bytes"] for p in partitions),
             "invalid_bytes_replaced": read_stats.invalid_bytes,
         },

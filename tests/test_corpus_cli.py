@@ -12,9 +12,10 @@ from bertprep.corpus import CorpusSpec
 @click.command()
 @corpus_options
 @click.option("--sample-bytes", type=SIZE, help="A size.")
-def probe(inputs, text_field, dataset, dataset_config, split, sentences, sample_bytes):
+def probe(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, sample_bytes):
     """Print the CorpusSpec the options make."""
-    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences)
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
+                                    document_separator)
     click.echo(repr(spec))
     click.echo(repr(sample_bytes))
 
@@ -32,11 +33,13 @@ def test_inputs_and_defaults():
 def test_every_option():
     result = invoke(
         "--text-field", "body", "--dataset", "wikitext", "--dataset-config", "wikitext-2-raw-v1",
-        "--split", "validation", "--sentences", "split", "--sample-bytes", "1.5GB",
+        "--split", "validation", "--sentences", "prose", "--document-separator", "^CHAPTER ",
+        "--sample-bytes", "1.5GB",
     )
     assert result.exit_code == 0, result.output
     expected = CorpusSpec(
-        text_field="body", dataset="wikitext", dataset_config="wikitext-2-raw-v1", split="validation", sentences="split"
+        text_field="body", dataset="wikitext", dataset_config="wikitext-2-raw-v1", split="validation", sentences="prose",
+        document_separator="^CHAPTER ",
     )
     assert result.output == f"{expected!r}\n1500000000\n"
 
@@ -46,7 +49,11 @@ def test_every_option():
     [
         ([], "Error: give at least one INPUT file or directory, or --dataset"),
         (["a.txt", "--dataset-config", "x"], "Error: --dataset-config only applies with --dataset"),
-        (["a.txt", "--sentences", "words"], "Error: Invalid value for '--sentences': 'words' is not one of 'lines', 'split'."),
+        (["a.txt", "--sentences", "words"], "Error: Invalid value for '--sentences': 'words' is not one of 'lines', 'split', 'prose'."),
+        (["a.txt", "--document-separator", "(CHAPTER"],
+         "Error: --document-separator: '(CHAPTER' is not a valid regular expression (missing ), unterminated subpattern at position 0)"),
+        (["a.txt", "--document-separator", "^"],
+         "Error: --document-separator: '^' matches an empty line, so it would match every line"),
         (["a.txt", "--sample-bytes", "5 parsecs"], "Error: Invalid value for '--sample-bytes': '5 parsecs' is not a size: use bytes or a unit, e.g. 500MB, 1.5GB, 20MiB"),
     ],
 )
@@ -60,7 +67,7 @@ def test_help_text_on_every_option():
     result = invoke("--help")
     assert result.exit_code == 0
     assert "Usage: probe [OPTIONS] INPUT..." in result.output
-    for option in ("--text-field", "--dataset ", "--dataset-config", "--split", "--sentences [lines|split]"):
+    for option in ("--text-field", "--dataset ", "--dataset-config", "--split", "--sentences [lines|split|prose]", "--document-separator REGEX"):
         assert option in result.output
     assert all(param.help for param in probe.params if isinstance(param, click.Option))
 

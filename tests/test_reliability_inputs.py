@@ -221,8 +221,10 @@ def test_one_sentence_documents_build_with_a_warning(tmp_path):
     result = run("build-shards", tmp_path, single)
     assert result.exit_code == 0, result.output
     assert result.stderr == (
-        "warning: 100.0% of NSP pairs have a random B (the reference gives about 50%): every document is one "
-        "sentence (120 documents), so no pair can be is-next; if each line is a paragraph, use --sentences split\n")
+        "warning: the NSP pairs degenerate: NSP random B 1.000 (about 0.5 expected), 100.0% single-sentence "
+        "chunks, 120 documents of 1.0 sentences (7 tokens) on average, mean row length 17.0 of 128; likely "
+        "cause: every document is one sentence, so no pair can be is-next; if each line is a paragraph, use "
+        "--sentences split, and for hard-wrapped books or articles --sentences prose\n")
     assert "NSP random B 1.000" in result.stdout
     rows = read_rows(tmp_path / "out")
     assert rows and all(r["next_sentence_label"] == 1 for r in rows)
