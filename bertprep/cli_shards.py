@@ -7,7 +7,7 @@ import click
 
 from bertprep.build import BuildConfig, build_shards
 from bertprep.cli import main, user_errors
-from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
+from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options, size_text
 from bertprep.corpus import plural
 from bertprep.executor import default_workers
 from bertprep.inspect_shards import decode_samples, format_report, measure, sample_rows
@@ -29,7 +29,7 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True, help="Random seed; same inputs, options and seed give byte-identical shards.")
 @click.option("--shard-rows", type=int, default=DEFAULTS.shard_rows, show_default=True, help="Rows per output shard.")
 @click.option("--num-shards", type=int, default=None, help="Write exactly this many shards instead (overrides --shard-rows).")
-@click.option("--partition-size", "partition_bytes", type=SIZE, default=DEFAULTS.partition_bytes, show_default=True, help="Text per partition, the unit of work and caching; random-next B comes from the same partition. Changes the output.")
+@click.option("--partition-size", "partition_bytes", type=SIZE, default=size_text(DEFAULTS.partition_bytes), show_default=True, help="Text per partition, the unit of work and caching; random-next B comes from the same partition. Changes the output.")
 @click.option("--workers", type=int, default=None, help="Worker processes [default: all cores]. Does not change the output.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Where tokenized partitions are cached [default: ~/.cache/bertprep/tokenized].")
 @click.option("--engine", type=click.Choice(["auto", "nanotoken", "tokenizers"]), default="auto", show_default=True, help="Bulk encoder; nanotoken output is spot-checked against tokenizers. Does not change the output.")

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertprep.cli import main
+from bertprep.cli_options import parse_size, size_text
 from bertprep.corpus import format_size
 from bertprep.masking import MaskingConfig, cap_warnings
 from shard_fixtures import read_rows, write_corpus, write_vocab
@@ -75,7 +76,9 @@ def test_corpus_summary_gives_one_size(tmp_path, vocab):
     corpus = write_corpus(tmp_path / "big.txt", documents=400)  # over 10 kB: a size in kB
     result = build_cli(tmp_path, corpus, tokenizer=vocab)
     assert result.exit_code == 0, result.output
-    totals = json.loads((tmp_path / "out" / "manifest.json").read_text())["totals"]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    totals = manifest["totals"]
+    assert manifest["options"]["partition_bytes"] == 8 * 2**20  # the default, given as "8MiB"
     [line] = [line for line in result.stdout.splitlines() if line.startswith("  corpus:")]
     assert line == (f"  corpus: 1 file, {format_size(corpus.stat().st_size)}, {totals['documents']:,} documents, "
                     f"{totals['sentences']:,} sentences")
@@ -99,3 +102,10 @@ def test_inspect_json_samples_and_show_range(corpus, vocab, tmp_path):
     result = runner.invoke(main, ["inspect", str(out), "--show", "-1"])
     assert result.exit_code == 2
     assert result.stderr == "Error: Invalid value for '--show': -1 is not in the range x>=0.\n"
+
+
+def test_size_defaults_show_as_sizes():
+    result = CliRunner().invoke(main, ["build-shards", "--help"])
+    assert " ".join(result.stdout.split()).count("partition. Changes the output. [default: 8MiB]") == 1
+    for n_bytes, text in [(8 * 2**20, "8MiB"), (500 * 10**6, "500MB"), (3 * 2**30, "3GiB"), (1234, "1234"), (10**3, "1KB")]:
+        assert size_text(n_bytes) == text and parse_size(text) == n_bytes
