@@ -127,12 +127,12 @@ def open_reporters(report_to: list[str], run_dir: Path, config: dict, resume_ste
 
 def _tensorboard():
     try:
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
         from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError:
         raise missing_extra("tensorboard", "tensorboard") from None
-    return EventFileLoader, event_pb2, summary_pb2, RecordWriter
+    return RawEventFileLoader, event_pb2, summary_pb2, RecordWriter
 
 
 def event_files(directory: Path) -> list[Path]:
@@ -156,9 +156,9 @@ class TensorBoardReporter:
             # Earlier files, in reading order, into one: only events up to resume_step (the
             # file_version header is step 0). A record torn by a kill ends its file's events.
             for old in event_files(self.directory):
-                for event in loader(str(old)).Load():
-                    if event.step <= resume_step:
-                        writer.write(event.SerializeToString())
+                for raw in loader(str(old)).Load():  # raw bytes: copied as they are
+                    if self._event_pb2.Event.FromString(raw).step <= resume_step:
+                        writer.write(raw)
                         kept += 1
             if not kept:
                 writer.write(self._event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
