@@ -3,8 +3,8 @@
 Every step is the real command a user would type, run as a subprocess and printed
 first, so the demo doubles as a transcript to copy from:
 
-    stdlib-corpus -> train-tokenizer -> build-shards (train + held-out) -> inspect
-    -> pretrain (tiny BERT, CPU) -> export-hf -> fill-mask
+    stdlib-corpus -> train-tokenizer -> build-shards (train + held-out) -> inspect (+ plot)
+    -> pretrain (tiny BERT, CPU) -> plot -> export-hf -> fill-mask
 
 The corpus is the documentation strings of this Python's standard library: real
 English, on every machine with Python, nothing to download. A step whose output is
@@ -12,6 +12,7 @@ already complete is skipped, so running the demo again resumes instead of redoin
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import shlex
@@ -129,7 +130,13 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
                  "--dupe-factor", "1", "--seed", "7", "--cache-dir", str(cache), "--quiet")
 
     step.banner("4/7 Inspect them: statistics re-measured from the rows")
-    step.run("bertprep", "inspect", str(shards), "--show", "1")
+    plots = out / "plots"
+    can_plot = importlib.util.find_spec("matplotlib") is not None
+    if can_plot:
+        plots.mkdir(exist_ok=True)
+        step.run("bertprep", "inspect", str(shards), "--show", "1", "--plot", str(plots / "shards.png"), "--overwrite")
+    else:
+        step.run("bertprep", "inspect", str(shards), "--show", "1")
 
     step.banner(f"5/7 Pre-train a {preset} BERT on the CPU for {steps} steps")
     step.run("bertmodel", "pretrain", "--data", str(shards), "--eval-data", str(eval_shards), "--out", str(run),
@@ -139,6 +146,8 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     for line in summarize_training(run):
         click.echo(line)
     click.echo(f"(always guessing the most frequent token would score {unigram_baseline(eval_shards):.3f} MLM accuracy)")
+    if can_plot:
+        step.run("bertmodel", "plot", str(run), "--out", str(plots / "training-curves.png"), "--overwrite")
 
     step.banner("6/7 Export a transformers BertForPreTraining directory")
     step.run("bertmodel", "export-hf", str(run), str(model))
@@ -148,7 +157,13 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
         step.run("bertmodel", "fill-mask", str(model), text, "--top-k", "5")
 
     step.banner("Done")
-    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, metrics.jsonl), model/")
+    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, metrics.jsonl), model/"
+               + (", plots/" if can_plot else ""))
+    if can_plot:
+        click.echo(f"Plots: {plots / 'shards.png'} (lengths, masked positions, the 80/10/10 split) and "
+                   f"{plots / 'training-curves.png'} (loss, learning rate, evaluation)")
+    else:
+        click.echo('No plots: matplotlib is not installed (pip install "bertprep[plot]")')
     click.echo("Load the model in transformers:")
     click.echo("  from transformers import BertForPreTraining, AutoTokenizer")
     click.echo(f"  model = BertForPreTraining.from_pretrained({str(model)!r})")
