@@ -91,6 +91,11 @@ def run_names(runs: list[Path]) -> list[str]:
     return [n if names.count(n) == 1 else str(r) for n, r in zip(names, runs)]
 
 
+def _few(steps: list) -> str | None:
+    """A marker on every point of a short series: a line of one point is not drawn."""
+    return "o" if len(steps) <= 30 else None
+
+
 def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.5")
 
@@ -120,13 +125,14 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
         steps, loss = series(records, "loss")
         if steps:
             weight = smoothing_weight(len(loss))
-            loss_ax.plot(steps, loss, color=colour, alpha=0.3, linewidth=0.8,
-                         label=f"{name}: raw" if several else "raw")
-            loss_ax.plot(steps, smooth(loss, weight), color=colour, linewidth=2,
-                         label=f"{name}: smoothed (EMA {weight:.2f})" if several else f"smoothed (EMA {weight:.2f})")
+            loss_ax.plot(steps, loss, color=colour, alpha=0.35 if weight else 1.0, linewidth=0.8,
+                         marker=_few(steps), markersize=3, label=f"{name}: raw" if several else "raw")
+            if weight:  # fewer than ~10 points: nothing to smooth
+                loss_ax.plot(steps, smooth(loss, weight), color=colour, linewidth=2,
+                             label=f"{name}: smoothed (EMA {weight:.2f})" if several else f"smoothed (EMA {weight:.2f})")
         steps, lr = series(records, "lr")
         if steps:
-            lr_ax.plot(steps, lr, color=colour, label=name)
+            lr_ax.plot(steps, lr, color=colour, marker=_few(steps), markersize=3, label=name)
         for ax, keys in ((eval_loss_ax, eval_losses), (eval_ax, eval_scores)):
             for j, key in enumerate(keys):
                 steps, values = series(records, key)
