@@ -295,8 +295,11 @@ class _DocumentBuilder:
             return  # only undecodable bytes: tokenizes to nothing, so no sentence, no boundary
         if self.prose is not None and wrapped:
             self.prose.add_line(line)
-            if self.prose.chars >= MAX_DOCUMENT_CHARS:
-                yield from self._take_prose()  # the sentence limits below cut the document
+            # Bound memory: hand the buffer on (the sentence limits below then cut the
+            # document), between two lines that no hyphen joins, unless there is none.
+            chars = self.prose.chars
+            if chars >= MAX_DOCUMENT_CHARS and (not line.endswith("-") or chars >= 2 * MAX_DOCUMENT_CHARS):
+                yield from self._take_prose()
             return
         yield from self._take_prose()  # wrapped lines before an unwrapped one come first
         yield from self._add_paragraph(line)

@@ -16,6 +16,7 @@ from bertprep import schema
 from bertprep.errors import BertprepError
 from bertprep.manifest import confidence_interval
 from bertprep.masking import MaskingConfig, num_to_predict
+from bertprep.pair_quality import degenerate_pairs_warning, figures, likely_cause
 
 
 def read_manifest(out) -> dict:
@@ -84,6 +85,19 @@ def _share(k: int, n: int, expected: float) -> dict:
     }
 
 
+def _pairs(manifest: dict, c: dict) -> dict:
+    """The figures build-shards checks for degenerate pairs, from the manifest's corpus
+    totals and the rows as measured, with the same warning (or None)."""
+    rows = c["rows"]
+    found = figures(manifest["totals"], rows, c["nsp_random"], c["tokens"] / rows if rows else 0.0,
+                    manifest["options"]["max_seq_length"])
+    corpus = manifest.get("corpus", {})
+    layout = (corpus.get("sentences", "lines"), corpus.get("document_separator"))
+    cause = likely_cause(found, *layout) if found.degenerate() else None
+    return {**found.as_dict(), "description": found.describe(), "likely_cause": cause,
+            "warning": degenerate_pairs_warning(found, *layout)}
+
+
 def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
     n = c["positions"]
     options = manifest["options"]
@@ -105,6 +119,7 @@ def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
             "random": _share(c["random"], n, 0.1),
         },
         "next_sentence_random": _share(c["nsp_random"], c["rows"], 0.5),
+        "pairs": _pairs(manifest, c),
         "length_histogram": histogram.tolist(),
         "manifest": {
             "created_by": manifest.get("created_by"),
@@ -177,6 +192,9 @@ def format_report(report: dict) -> str:
         f"NSP random B: {nsp['observed']:.4f} (95% CI {nsp['ci95'][0]:.4f}-{nsp['ci95'][1]:.4f}; "
         "above 0.5 because one-sentence chunks are always random, as in the reference)"
     )
+    lines.append(f"pairs: {report['pairs']['description']}")
+    if report["pairs"]["likely_cause"]:
+        lines.append(f"warning: the NSP pairs degenerate; likely cause: {report['pairs']['likely_cause']}")
     lines.append("length histogram:")
     lines.extend(_histogram_lines(report["length_histogram"]))
     return "\n".join(lines)
