@@ -230,6 +230,9 @@ def iter_documents(
     split across a line break; without it only the corpus's own evidence is used."""
     stats = stats if stats is not None else ReadStats()
     inputs = resolve_input_files(spec)
+    if spec.split is not None:
+        datasets = [p for p in inputs if readers.format_of(p) == "dataset"] + ([spec.dataset] if spec.dataset else [])
+        hf_datasets.check_split_applies(spec.split, datasets)
     before = stats.documents
     for path in inputs:
         yield from _input_documents(path, readers.format_of(path), spec, stats, known_word)

@@ -45,6 +45,32 @@ def load_dataset_split(name_or_dir: str | Path, config: str | None, split: str):
         ) from None
 
 
+def check_split_applies(split: str, sources: list) -> None:
+    """--split chooses a split of a saved DatasetDict or of a dataset by name. Refuse it,
+    rather than ignore it, when no input (the saved dataset directories among the inputs,
+    and --dataset) has one to choose: a single saved Dataset is read whole, so --split
+    only fits it when it names the split the Dataset was saved as."""
+    singles = []
+    for source in sources:
+        path = Path(source)
+        if not is_dataset_dir(path) or (path / "dataset_dict.json").is_file():
+            return  # a dataset by name, or a DatasetDict
+        try:
+            saved = json.loads((path / "state.json").read_text(encoding="utf-8")).get("_split")
+        except (OSError, ValueError, AttributeError):
+            saved = None  # reading it reports a broken directory
+        if saved == split:
+            return
+        singles.append((path, saved))
+    if not singles:
+        raise BertprepError(f"--split {split!r} does not apply: no input is a dataset "
+                            "(it chooses a split of a saved DatasetDict or of --dataset NAME)")
+    path, saved = singles[0]
+    what = f"its split is {saved!r}" if saved else "it has no split name"
+    raise BertprepError(f"{_dataset_name(path)}: --split {split!r} does not apply: the directory holds one "
+                        f"Dataset, not a DatasetDict, and {what}; drop --split to read it")
+
+
 def iter_dataset_texts(
     name_or_dir: str | Path, config: str | None, split: str, text_field: str | None, counts: FileCounts
 ) -> Iterator[str]:

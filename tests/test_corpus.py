@@ -283,6 +283,36 @@ def test_dataset_dict_splits(saved_datasets):
     )
 
 
+def test_split_must_apply_to_some_input(saved_datasets, tmp_path):
+    import datasets
+
+    single = saved_datasets / "single"  # saved with no split name
+    for spec in ({"paths": (str(single),)}, {"dataset": str(single)}):
+        assert len(list(iter_documents(CorpusSpec(**spec)))) == 2
+        with pytest.raises(BertprepError) as info:
+            list(iter_documents(CorpusSpec(split="test", **spec)))
+        assert str(info.value) == (
+            f"dataset {single}: --split 'test' does not apply: the directory holds one Dataset, "
+            "not a DatasetDict, and it has no split name; drop --split to read it"
+        )
+    named = tmp_path / "named"
+    datasets.Dataset.from_dict({"text": ["Only doc."]}, split="validation").save_to_disk(str(named))
+    assert read(named, split="validation") == [["Only doc."]]
+    assert error(named, split="train") == (
+        f"dataset {named}: --split 'train' does not apply: the directory holds one Dataset, "
+        "not a DatasetDict, and its split is 'validation'; drop --split to read it"
+    )
+    text = tmp_path / "a.txt"
+    text.write_text("Hello.\n\nWorld.\n")
+    assert error(text, split="test") == (
+        "--split 'test' does not apply: no input is a dataset "
+        "(it chooses a split of a saved DatasetDict or of --dataset NAME)"
+    )
+    # Beside a DatasetDict, --split chooses its split and the single Dataset is read whole.
+    both = list(iter_documents(CorpusSpec(paths=(str(single),), dataset=str(saved_datasets / "dict"), split="validation")))
+    assert both == [["Doc one. Sentence two."], ["Doc two."], ["Held out."]]
+
+
 def test_dataset_by_name_offline_is_one_line(monkeypatch):
     datasets = pytest.importorskip("datasets")
     import huggingface_hub
