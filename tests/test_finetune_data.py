@@ -146,7 +146,7 @@ def test_labels_absent_for_prediction(tmp_path):
     ("bad.jsonl", '{"sentence": "a", "label": 1}\n{"sentence": \n', r"bad\.jsonl: line 2: not valid JSON"),
     ("number.jsonl", '{"sentence": 12, "label": 1}\n', r"number\.jsonl: line 1: text column 'sentence' is int 12, not text"),
     ("multi.jsonl", '{"sentence": "a", "label": [1, 2]}\n', r"multi\.jsonl: line 1: label \[1, 2\] is a list"),
-    ("array.json", '[{"sentence": "a", "label": 1}, 3]', r"array\.json: record 1: expected a JSON object, got int"),
+    ("array.json", '[{"sentence": "a", "label": 1}, 3]', r"array\.json: row 1: expected a JSON object, got int"),
     ("table.txt", "sentence\tlabel\n", r"table\.txt: unknown table format '\.txt'"),
 ])
 def test_bad_text_files(tmp_path, name, content, match):

@@ -205,7 +205,7 @@ def _read_json_records(path: Path, text: str) -> _Table:
         raise BertmodelError(f"{path}: empty file (no records)")
     for i, record in enumerate(records):
         if not isinstance(record, dict):
-            where = f"line {starts[i]}" if starts[i] is not None else f"record {i}"
+            where = f"line {starts[i]}" if starts[i] is not None else f"row {i}"
             raise BertmodelError(f"{path}: {where}: expected a JSON object, got {type(record).__name__}")
     columns = list(dict.fromkeys(key for record in records for key in record))
     # A JSON array has no useful line numbers: records are then named "row N" (0-based).
