@@ -113,8 +113,11 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
             raise BertmodelError(f"{run}: metrics.jsonl holds no records yet")
     names = run_names([Path(r) for r in runs])
     Figure = _figure_class()
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    # Fixed margins, not a layout engine: every plot puts each panel at the same pixels,
+    # so two PNGs compare side by side (and one panel's data never moves another).
     (loss_ax, lr_ax), (eval_loss_ax, eval_ax) = fig.subplots(2, 2)
+    fig.subplots_adjust(left=0.07, right=0.985, bottom=0.07, top=0.91, wspace=0.2, hspace=0.32)
     several = len(runs) > 1
     all_eval = sorted({k for records in data for k in eval_keys(records)})
     eval_losses = [k for k in all_eval if "loss" in k]
