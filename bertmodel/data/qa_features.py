@@ -19,9 +19,11 @@ the first context token ending after the answer's first character and the last o
 starting before its end, as run_qa.py labels from offsets; an answer not wholly inside a
 window labels that window's [CLS] (position 0), as do unanswerable (v2.0) questions.
 
-Each context is tokenized once however many questions share it, questions and contexts
-are encoded in batches, and the windows are assembled with numpy: the arrays are ragged,
-all windows' tokens end to end, window w being `row_splits[w]:row_splits[w + 1]`.
+Each context is tokenized once however many questions share it, in one `tokenizers`
+batch (for the offsets); questions, which need only ids, go through bertprep's bulk
+encoder (nanotoken when installed, checked against `tokenizers`). The windows are then
+assembled with numpy, no loop over windows or tokens: the arrays are ragged, all
+windows' tokens end to end, window w being `row_splits[w]:row_splits[w + 1]`.
 """
 from __future__ import annotations
 
@@ -109,8 +111,8 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
     contexts: dict[str, int] = {}
     context_of = np.array([contexts.setdefault(examples[i].context, len(contexts)) for i in kept], np.int64)
     encoder = loaded.tokenizer
-    ctx_ids, ctx_offsets, ctx_splits = _encode(encoder, list(contexts), offsets=True)
-    q_ids, _, q_splits = _encode(encoder, [examples[i].question for i in kept], offsets=False)
+    ctx_ids, ctx_offsets, ctx_splits = _encode_with_offsets(encoder, list(contexts))
+    q_ids, q_splits = _encode_ids(loaded, [examples[i].question for i in kept])
     q_len = np.minimum(np.diff(q_splits), max_query_length)
     max_doc = max_seq_length - q_len - 3
     for j in np.flatnonzero(max_doc < 1)[:1]:
@@ -155,8 +157,12 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
     token_type_ids = (pos >= w_ql + 2).astype(np.int8)
     offsets = np.full((len(pos), 2), NOT_CONTEXT, np.int32)
     offsets[is_ctx] = ctx_offsets[ctx_index[is_ctx]]
-    max_context = _max_context(is_ctx, owner[tok_window], tok_window, doc_pos, start[tok_window],
-                               length[tok_window])
+    best = _max_context_windows(n_ctx, max_doc, step, count)  # per (example, context token)
+    token_base = np.concatenate([[0], np.cumsum(n_ctx)])[owner]  # (W,)
+    k = (np.arange(len(owner)) - first[owner])  # the window's number within its example
+    max_context = np.zeros(len(pos), bool)
+    where = np.flatnonzero(is_ctx)
+    max_context[where] = best[token_base[tok_window[where]] + doc_pos[where]] == k[tok_window[where]]
     starts = ends = None
     if training:
         inside = (span[owner, 0] >= start) & (span[owner, 1] < start + length) & (span[owner, 0] >= 0)
@@ -190,18 +196,37 @@ def _as_loaded(tokenizer):
     return tokenizer
 
 
-def _encode(encoder, texts: list[str], offsets: bool):
-    """Flat ids (int32), offsets ((n, 2) int32 or None) and row splits (int64) of texts
-    encoded without special tokens, in one batch."""
+def _encode_with_offsets(encoder, texts: list[str]):
+    """Flat ids (int32), character offsets ((n, 2) int32) and row splits (int64) of texts
+    encoded without special tokens, in one `tokenizers` batch."""
     encodings = encoder.encode_batch(texts, add_special_tokens=False) if texts else []
     sizes = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
     splits = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     ids = np.fromiter((i for e in encodings for i in e.ids), np.int32, int(splits[-1]))
-    spans = None
-    if offsets:
-        flat = np.fromiter((c for e in encodings for pair in e.offsets for c in pair), np.int32, 2 * int(splits[-1]))
-        spans = flat.reshape(-1, 2)
-    return ids, spans, splits
+    flat = np.fromiter((c for e in encodings for pair in e.offsets for c in pair), np.int32, 2 * int(splits[-1]))
+    return ids, flat.reshape(-1, 2), splits
+
+
+def _encode_ids(loaded, texts: list[str]):
+    """Flat ids (int32) and row splits (int64). Questions need no offsets, so they go
+    through bertprep's bulk encoder: nanotoken when installed (checked on a sample
+    against `tokenizers`, which takes over on any difference), else `tokenizers`."""
+    encoded = _sentence_encoder(loaded).encode(texts)
+    return encoded.ids.astype(np.int32), encoded.offsets.astype(np.int64)
+
+
+_ENCODERS: dict[int, tuple] = {}  # id(LoadedTokenizer) -> (it, its SentenceEncoder)
+
+
+def _sentence_encoder(loaded):
+    # Building nanotoken's tokenizer from JSON takes ~0.1 s: once per tokenizer object,
+    # not once per call (evaluation prepares features every time it runs).
+    from bertprep.encoding import SentenceEncoder
+
+    held = _ENCODERS.get(id(loaded))
+    if held is None or held[0] is not loaded:
+        held = _ENCODERS[id(loaded)] = (loaded, SentenceEncoder(loaded))
+    return held[1]
 
 
 def _answer_ok(example: SquadExample, skipped: list[SkippedExample]) -> bool:
@@ -222,38 +247,53 @@ def _answer_spans(examples, kept, context_of, ctx_offsets, ctx_splits, skipped) 
     its context; -1 for an impossible question (labels [CLS]) and -2 for an answer that
     no token covers (the example is then skipped)."""
     spans = np.full((len(kept), 2), -1, np.int64)
-    for row, i in enumerate(kept):
-        example = examples[i]
-        if example.is_impossible:
-            continue
-        text, begin = example.answers[0]
-        a, b = ctx_splits[context_of[row]], ctx_splits[context_of[row] + 1]
-        token_starts, token_ends = ctx_offsets[a:b, 0], ctx_offsets[a:b, 1]
-        first = int(np.searchsorted(token_ends, begin, side="right"))
-        last = int(np.searchsorted(token_starts, begin + len(text), side="left")) - 1
-        if first > last:
-            skipped.append(SkippedExample(example.source, example.id, f"no token covers the answer {text!r}"))
-            spans[row] = -2
-            continue
-        spans[row] = first, last
+    rows = np.array([r for r, i in enumerate(kept) if not examples[i].is_impossible], np.int64)
+    if not len(rows):
+        return spans
+    begin = np.array([examples[kept[r]].answers[0][1] for r in rows], np.int64)
+    end = begin + np.array([len(examples[kept[r]].answers[0][0]) for r in rows], np.int64)
+    # One searchsorted over every context at once: shift each context's offsets by its
+    # number times a bound on any offset, so the concatenation is sorted.
+    bound = int(ctx_offsets.max(initial=0)) + int(end.max()) + 1
+    n_contexts = len(ctx_splits) - 1
+    shift = np.repeat(np.arange(n_contexts, dtype=np.int64) * bound, np.diff(ctx_splits))
+    cid = context_of[rows]
+    base = ctx_splits[cid]
+    first = np.searchsorted(ctx_offsets[:, 1] + shift, begin + cid * bound, side="right") - base
+    last = np.searchsorted(ctx_offsets[:, 0] + shift, end + cid * bound, side="left") - 1 - base
+    uncovered = first > last
+    for r in rows[uncovered]:
+        example = examples[kept[r]]
+        skipped.append(SkippedExample(example.source, example.id, f"no token covers the answer {example.answers[0][0]!r}"))
+    spans[rows] = np.stack([first, last], axis=1)
+    spans[rows[uncovered]] = -2
     return spans
 
 
-def _max_context(is_ctx, token_owner, tok_window, doc_pos, win_start, win_length) -> np.ndarray:
-    """True where a context token's window is the one where it has the most context,
-    decided per (example, context position): two questions on one context have windows
-    of their own."""
-    flags = np.zeros(len(is_ctx), bool)
-    where = np.flatnonzero(is_ctx)
-    pos = doc_pos[where]
-    left = pos - win_start[where]
-    right = win_start[where] + win_length[where] - 1 - pos
-    score = 100 * np.minimum(left, right) + win_length[where]
-    # Sort by (example, position), then best score first, then earliest window: the first
-    # row of each (example, position) run is its max-context window.
-    order = np.lexsort((tok_window[where], -score, pos, token_owner[where]))
-    owner_sorted, pos_sorted = token_owner[where][order], pos[order]
-    first = np.ones(len(order), bool)
-    first[1:] = (owner_sorted[1:] != owner_sorted[:-1]) | (pos_sorted[1:] != pos_sorted[:-1])
-    flags[where[order[first]]] = True
-    return flags
+def _max_context_windows(n_ctx, max_doc, step, count) -> np.ndarray:
+    """For each example and each of its context tokens p (examples end to end), the
+    number of the window where p has the most context (Google's score, first on ties).
+
+    Window k starts at k * step; all but the last (k = K = count - 1) are max_doc long.
+    Over the full windows holding p, min(p - start, end - p) is concave in k, so its
+    maximum is at floor or ceil of the real optimum (p - (max_doc - 1) / 2) / step,
+    clipped to the windows that hold p; the last window, shorter, is scored on its own.
+    """
+    n_ctx, max_doc, step, count = (a.astype(np.int32) for a in (n_ctx, max_doc, step, count))
+    row = np.repeat(np.arange(len(n_ctx), dtype=np.int32), n_ctx)
+    p = np.arange(len(row), dtype=np.int32) - np.repeat(np.cumsum(n_ctx, dtype=np.int32) - n_ctx, n_ctx)
+    length, s, last = max_doc[row], step[row], (count - 1)[row]
+    lo = np.maximum(0, -((length - 1 - p) // s))  # ceil((p - length + 1) / s): first window holding p
+    hi = np.minimum(p // s, last - 1)  # last full window holding p (-1 when none)
+    best_k = np.full(len(p), -1, np.int32)
+    best_score = np.full(len(p), -1, np.int32)
+    optimum = (2 * p - length + 1) // (2 * s)
+    for k in (np.clip(optimum, lo, hi), np.clip(optimum + 1, lo, hi)):
+        score = 100 * np.minimum(p - k * s, k * s + length - 1 - p) + length
+        better = (k >= lo) & (k <= hi) & (score > best_score)
+        best_k[better], best_score[better] = k[better], score[better]
+    last_length = np.minimum(length, n_ctx[row] - last * s)
+    score = 100 * np.minimum(p - last * s, last * s + last_length - 1 - p) + last_length
+    better = (p >= last * s) & (score > best_score)  # strict: an earlier window wins ties
+    best_k[better] = last[better]
+    return best_k
