@@ -68,13 +68,10 @@ def _fragment_after_break(line: str) -> str | None:
 
 def document_words(paragraphs: list[list[str]]) -> set[str]:
     """Lower-cased words and hyphenated compounds written inside the lines."""
-    words: set[str] = set()
-    for lines in paragraphs:
-        for line in lines:
-            for word in _WORD.findall(line):
-                words.add(word.lower())
-                if "-" in word:
-                    words.update(word.lower().split("-"))
+    text = "\n".join(line for lines in paragraphs for line in lines).lower()  # no word spans a "\n"
+    words = set(_WORD.findall(text))
+    for compound in [word for word in words if "-" in word]:
+        words.update(compound.split("-"))
     return words
 
 
