@@ -4,7 +4,8 @@ errors (`BertmodelError`) become one-line `click.ClickException`s here."""
 from __future__ import annotations
 
 import dataclasses
-import functools
+import os
+import sys
 
 import click
 
@@ -12,28 +13,12 @@ from bertmodel import __version__
 from bertmodel.config import PRESETS
 from bertmodel.demo import DEMO_STEPS
 from bertmodel.train import TrainConfig
-from bertprep.cli import OneLineErrors, describe_os_error
-from bertprep.errors import BertprepError
+from bertprep.clikit import CONTEXT_SETTINGS, OneLineErrors, user_errors
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 DIR = click.Path(file_okay=False)
 EXISTING = click.Path(exists=True)
-
-
-def user_errors(fn):
-    """Turn library errors into one-line CLI errors (exit 1, no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except BertprepError as exc:  # BertmodelError, or bertprep's own from shared code
-            raise click.ClickException(str(exc)) from None
-        except OSError as exc:  # a full disk, a path under a file: one line, no traceback
-            raise click.ClickException(describe_os_error(exc)) from None
-
-    return wrapper
+TOKENIZER_HELP = "vocab.txt, tokenizer.json or tokenizer dir"
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
@@ -62,8 +47,8 @@ def _opt(name: str, **kwargs):
 @click.option("--data", "data", multiple=True, required=True, type=click.Path(exists=True, file_okay=False),
               help="Shard directory from `bertprep build-shards` (repeat to train on several).")
 @click.option("--out", required=True, type=DIR, help="Run directory; rerunning the same command resumes there.")
-@_opt("--preset", type=click.Choice(list(PRESETS)), help="Model size (layers/hidden/heads): "
-      + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c) in PRESETS.items()) + ".")
+@_opt("--preset", type=click.Choice(list(PRESETS)), show_default=False, help="Model size (layers/hidden/heads): "
+      + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c) in PRESETS.items()) + ". Default: base (or --init-from's).")
 @_opt("--layers", type=click.IntRange(min=1), help="Override the preset's number of layers.")
 @_opt("--hidden", type=click.IntRange(min=1), help="Override the hidden size (intermediate follows as 4H).")
 @_opt("--heads", type=click.IntRange(min=1), help="Override the number of attention heads.")
@@ -97,7 +82,11 @@ def _opt(name: str, **kwargs):
       "runs to --max-steps (rerun to continue).")
 @_opt("--verify", type=click.Choice(["sha256", "size"]), help="Shard check before training: sha256 of every "
       "file (split across ranks) or sizes only.")
-@_opt("--tokenizer", type=EXISTING, help="vocab.txt or tokenizer dir, for shard dirs that carry none.")
+@_opt("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, for shard dirs that carry none.")
+@click.option("--allow-changed-options", is_flag=True, help="On resume, continue with options that differ from "
+              "the run's (each change is logged) instead of refusing.")
+@click.option("--report-to", multiple=True, type=click.Choice(["none", "tensorboard", "wandb"]),
+              help="Also send metrics to TensorBoard (RUN/tensorboard/) or W&B (offline without network); repeatable.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 @user_errors
 def pretrain(**options):
@@ -115,37 +104,43 @@ def pretrain(**options):
 
     options["data"] = list(options["data"])
     options["eval_data"] = list(options["eval_data"])
+    options["report_to"] = list(options["report_to"])
     last = train(TrainConfig(**options))
-    summary = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items()
-                        if k in ("step", "loss", "mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc"))
-    click.echo(f"{options['out']}: {summary}")
+    finish_run(options["out"], last, ("step", "loss", "mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc"))
+
+
+def finish_run(out: str, last: dict, keys) -> None:
+    """The run's summary line (rank 0 only: under torchrun every rank returns here), and
+    after SIGTERM/SIGINT exit 128 + the signal, so schedulers don't read it as success."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        summary = ", ".join(f"{k} {last[k]:.4f}" if isinstance(last[k], float) else f"{k} {last[k]}"
+                            for k in keys if k in last)
+        saved = f"; checkpoint {last['checkpoint']}" if last.get("checkpoint") else ""
+        click.echo(f"{out}: {summary}{saved}")
+    if last.get("stopped_by"):
+        sys.exit(128 + int(last["stopped_by"]))
 
 
 @main.command("export-hf", context_settings=CONTEXT_SETTINGS)
 @click.argument("checkpoint", type=EXISTING)
 @click.argument("out_dir", type=DIR)
-@click.option("--tokenizer", type=EXISTING, help="vocab.txt or tokenizer dir when the checkpoint carries none.")
+@click.option("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the checkpoint carries none.")
+@click.option("--overwrite", is_flag=True, help="Replace OUT_DIR when it is not empty.")
 @user_errors
-def export_hf_command(checkpoint, out_dir, tokenizer):
-    """Write a transformers BertForPreTraining directory (config.json, model.safetensors,
-    tokenizer files) from a run dir (latest checkpoint), a checkpoint dir or an HF dir.
+def export_hf_command(checkpoint, out_dir, tokenizer, overwrite):
+    """Write a transformers directory (config.json, model.safetensors, tokenizer files)
+    of the checkpoint's class (BertForPreTraining, BertForSequenceClassification, ...)
+    from a run dir (latest checkpoint), a checkpoint dir or an HF dir.
 
     \b
     Example:
       bertmodel export-hf run/checkpoints/step-10000 bert-mini/
     """
-    from pathlib import Path
+    from bertmodel.hf import export_to_dir
 
-    from bertmodel.export import export_hf, load_pretrained
-    from bertmodel.data.shards import tokenizer_info
-
-    pre = load_pretrained(checkpoint)
-    tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
-    if tok is None:
-        raise click.ClickException(f"{checkpoint}: no tokenizer files stored with it; pass --tokenizer")
-    export_hf({"model": pre.state_dict, "config": pre.config.to_dict()}, out_dir, tokenizer=tok)
-    click.echo(f"wrote {out_dir} ({pre.config.num_hidden_layers} layers, hidden {pre.config.hidden_size}"
-               + (f", step {pre.step:,}" if pre.step is not None else "") + ")")
+    pre = export_to_dir(checkpoint, out_dir, tokenizer=tokenizer, overwrite=overwrite)
+    click.echo(f"wrote {out_dir} ({pre.architecture}, {pre.config.num_hidden_layers} layers, hidden "
+               f"{pre.config.hidden_size}" + (f", step {pre.step:,}" if pre.step is not None else "") + ")")
 
 
 @main.command("fill-mask", context_settings=CONTEXT_SETTINGS)

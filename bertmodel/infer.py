@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from bertmodel.errors import BertmodelError
-from bertmodel.export import load_into, load_pretrained
+from bertmodel.hf import load_into, load_pretrained
 from bertmodel.model import BertForPreTraining
 
 MASK_TEXT = "[MASK]"

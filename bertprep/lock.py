@@ -16,8 +16,9 @@ class DirectoryLock:
     """An exclusive, non-blocking advisory lock on DIR/.lock, released by the OS if the
     holder dies (so a killed run never leaves a stale lock behind)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, what: str = "build-shards run"):
         self.path = pathlib.Path(directory) / ".lock"
+        self.what = what  # who else might hold it, for the message
         self._fd: int | None = None
 
     def __enter__(self) -> "DirectoryLock":
@@ -29,7 +30,7 @@ class DirectoryLock:
                 holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
                 os.close(fd)
                 raise BertprepError(
-                    f"{self.path.parent}: another build-shards run (pid {holder}) is writing here; wait for it to finish"
+                    f"{self.path.parent}: another {self.what} (pid {holder}) is writing here; wait for it to finish"
                 ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())

@@ -14,7 +14,7 @@ from bertmodel.cli import main
 from bertmodel.config import BertConfig
 from bertmodel.data import ShardDataset
 from bertmodel.errors import BertmodelError
-from bertmodel.export import export_hf, load_into, load_pretrained
+from bertmodel.hf import export_hf, load_into, load_pretrained
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import open_shard_dir, tokenizer_info
 from bertmodel.testing import SHARED, build_corpus_shards, small_shard_dir
@@ -146,7 +146,7 @@ def test_export_hf_command_round_trips(small, tmp_path):
               tokenizer=tokenizer_info(small))
     result = CliRunner().invoke(main, ["export-hf", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
-    assert result.output == f"wrote {tmp_path / 'b'} (2 layers, hidden 128)\n"
+    assert result.output == f"wrote {tmp_path / 'b'} (BertForPreTraining, 2 layers, hidden 128)\n"
     with safe_open(tmp_path / "a" / "model.safetensors", "pt") as a, \
             safe_open(tmp_path / "b" / "model.safetensors", "pt") as b:
         assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())

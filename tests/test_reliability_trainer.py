@@ -15,7 +15,7 @@ import pytest
 
 from bertmodel.cli import main
 from bertmodel.config import BertConfig
-from bertmodel.export import export_hf
+from bertmodel.hf import export_hf
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.testing import small_shard_dir, write_small_vocab

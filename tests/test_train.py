@@ -17,7 +17,7 @@ from bertmodel import checkpoint as ckpt
 from bertmodel.cli import main
 from bertmodel.config import BertConfig
 from bertmodel.errors import BertmodelError
-from bertmodel.export import export_hf
+from bertmodel.hf import export_hf
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.testing import small_shard_dir, write_small_vocab
@@ -118,8 +118,9 @@ def test_half_written_checkpoints_are_never_loaded(shards, tmp_path):
         ckpt.load_checkpoint(cut)
     logs = []
     with pytest.warns(UserWarning):
-        train(config(shards, run, max_steps=3, save_every=100), log=logs.append)
+        train(config(shards, run, max_steps=3, save_every=100, allow_changed_options=True), log=logs.append)
     assert any(line.startswith(f"resuming from {good} (step 2, sample 8)") for line in logs)
+    assert "warning: resuming with changed options, as asked: --max-steps 2 -> 3" in logs
     with pytest.warns(UserWarning):
         assert final_state(run)["step"] == 3
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from bertmodel.errors import BertmodelError
-from bertmodel.model import IGNORE_INDEX
+from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.data.shards import LIST_COLUMNS, ShardDir
 from bertprep import schema
 
@@ -156,16 +156,18 @@ class Batch:
     tensors: dict[str, torch.Tensor]  # the model's keyword arguments, on the device
     cursor: int  # global samples consumed once this batch is done (what a checkpoint stores)
     tokens: int  # real (non-padding) tokens in this rank's batch
-    shape: tuple[int, int, int]  # (B, T, P)
+    shape: tuple[int, int, int]  # (B, T, P); P = 0 for batches without prediction slots
 
 
 class BatchLoader:
     """Micro-batches for one rank from `cursor` on, forever, collated on a background
     thread (numpy releases the GIL for the big copies) and pinned for a non-blocking
     copy on CUDA. Sample order does not depend on the thread: batch k is always global
-    samples cursor + k*B*world ... (see SampleOrder)."""
+    samples cursor + k*B*world ... (see SampleOrder). `dataset` is anything with
+    `collate(rows, max_len)` returning the model's arguments as numpy arrays (a task's
+    train set: shards, encoded classification rows, QA windows)."""
 
-    def __init__(self, dataset: ShardDataset, order: SampleOrder, batch_size: int, cursor: int,
+    def __init__(self, dataset, order: SampleOrder, batch_size: int, cursor: int,
                  rank: int = 0, world: int = 1, device: torch.device | str = "cpu",
                  max_len: int | None = None, prefetch: int = 4):
         self.dataset, self.order = dataset, order
@@ -187,8 +189,8 @@ class BatchLoader:
                 if self.pin:
                     tensors = {k: v.pin_memory() for k, v in tensors.items()}
                 B, T = arrays["input_ids"].shape
-                item = Batch(tensors, cursor, int(arrays["attention_mask"].sum()),
-                             (B, T, arrays["masked_lm_positions"].shape[1]))
+                P = arrays["masked_lm_positions"].shape[1] if "masked_lm_positions" in arrays else 0
+                item = Batch(tensors, cursor, int(arrays["attention_mask"].sum()), (B, T, P))
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)

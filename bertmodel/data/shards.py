@@ -72,6 +72,9 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
     file): from the manifest when it says, else from the vocab.txt stored there."""
     directory = Path(directory)
     tok = (manifest or {}).get("tokenizer") or {}
+    if directory.is_dir() and not (directory / "vocab.txt").is_file() and (directory / "tokenizer.json").is_file():
+        # A model directory saved by transformers 5 holds tokenizer.json and no vocab.txt.
+        directory = directory / "tokenizer.json"
     if directory.is_file() and directory.suffix == ".json":
         # A tokenizer.json: bertprep reads it (and refuses one that isn't); its files,
         # written to a scratch folder, are what RUN/hf gets.

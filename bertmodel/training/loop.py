@@ -1,48 +1,34 @@
-"""The step loop of `pretrain`, once everything is built (see train.py for the building).
+"""The step loop, once everything is built (training/run.py builds it), for any task.
 
 Per optimizer step: grad_accum micro-batches (DDP syncs gradients only on the last, via
 no_sync) -> clip the global norm -> skip the step if that norm is not finite (count it,
 stop after --max-bad-steps in a row) -> optimizer step. Then, at their intervals: log
-(metrics.jsonl + progress bar), evaluate, checkpoint; a SIGTERM or --stop-at saves and
-stops. The one host sync per step is the gradient norm, needed for the skip decision.
+(metrics.jsonl, reporters, progress bar), evaluate, checkpoint; a SIGTERM or --stop-at
+saves and stops. The one host sync per step is the gradient norm, needed for the skip
+decision. What the loss, the metrics and the FLOPs are is the task's business.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from bertmodel import checkpoint as ckpt
 from bertmodel import parallel
 from bertmodel.config import BertConfig
-from bertmodel.data import BatchLoader, ShardDataset, eval_batches
+from bertmodel.data import BatchLoader
 from bertmodel.errors import BertmodelError
-from bertmodel.export import export_hf
-from bertmodel.metrics import MetricsWriter, StepStats, peak_flops, train_flops
+from bertmodel.hf import export_hf
+from bertmodel.metrics import MetricsWriter, peak_flops
 from bertmodel.optim import Schedule, set_lr
+from bertprep.progress import progress_bar
 
-
-@torch.no_grad()
-def evaluate(model, data: ShardDataset, batch_size: int, max_batches: int, d: parallel.Dist, autocast,
-             max_len: int) -> dict:
-    """MLM and NSP accuracy (and losses) on the first max_batches batches of `data`,
-    dropout off, on the plain module (no DDP hooks, no compiled shapes to add)."""
-    was_training = model.training
-    model.eval()
-    stats = StepStats(d.device)
-    for arrays in eval_batches(data, batch_size, d.rank, d.world, max_batches, max_len):
-        batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
-        with autocast:
-            out = model(**batch)
-        stats.add(out, batch["masked_lm_labels"], batch["next_sentence_label"])
-    model.train(was_training)
-    summary = StepStats.summarize(parallel.all_reduce_sum(stats.totals(), d))
-    return {f"eval_{k}": v for k, v in summary.items()}
+BEST_FILE = "best.json"  # RUN/best.json: the step and metric of the model in RUN/hf
 
 
 @dataclass
@@ -57,7 +43,8 @@ class Interval:
 
 @dataclass
 class Trainer:
-    cfg: "TrainConfig"  # noqa: F821 - train.TrainConfig (imported there, not here: no cycle)
+    cfg: "LoopConfig"  # noqa: F821 - training.options.LoopConfig or a subclass
+    task: "Task"  # noqa: F821 - tasks.base.Task
     d: parallel.Dist
     run: Path
     model: torch.nn.Module  # the plain module: state dicts, evaluation
@@ -66,8 +53,6 @@ class Trainer:
     optimizer: torch.optim.Optimizer
     schedule: Schedule
     loader: BatchLoader
-    data: ShardDataset
-    eval_data: ShardDataset | None
     writer: MetricsWriter | None
     autocast: contextlib.AbstractContextManager
     log: callable
@@ -75,19 +60,21 @@ class Trainer:
     cursor: int = 0
     bad_total: int = 0
     bad_in_row: int = 0
+    best: dict | None = None  # {"step", "metric", "value"} of the model exported to RUN/hf
 
     def __post_init__(self):
-        self.stats = StepStats(self.d.device)
+        self.stats = self.task.new_stats(self.d.device)
         self.interval = Interval()
         self.peak = peak_flops(self.d.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.max_norm = self.cfg.clip_grad if self.cfg.clip_grad > 0 else math.inf
         self.last: dict = {"step": self.step}
+        self.saved: Path | None = None  # the checkpoint written last
 
     def run_until_done(self, stop) -> dict:
         cfg = self.cfg
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (self.d.is_main and cfg.progress),
-                   unit="step", dynamic_ncols=True)
+        bar = progress_bar(total=cfg.max_steps, initial=self.step, enabled=self.d.is_main and cfg.progress,
+                           unit="step")
         self.model.train()
         while self.step < cfg.max_steps:
             lr = self.schedule(self.step)
@@ -96,17 +83,19 @@ class Trainer:
             bar.update(1)
             if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                 self.log_interval(lr, grad_norm, bar)
-            if self.eval_data is not None and (
+            if self.task.has_eval and (
                     (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.max_steps):
                 self.evaluate()
             stopping = parallel.any_rank(stop.requested, self.d) or self.step == cfg.stop_at
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or stopping:
                 self.save()
             if stopping:
-                self.log(f"stopped at step {self.step:,}" + (" on a signal" if stop.requested else "")
-                         + "; rerun the same command to resume")
+                how = f" on {stop.name}" if stop.requested else ""
+                self.log(f"stopped at step {self.step:,}{how}; saved {self.saved}; rerun the same command to resume")
+                self.last["stopped_by"] = stop.signum
                 break
         bar.close()
+        self.last["checkpoint"] = str(self.saved) if self.saved else None
         return self.last
 
     def train_step(self) -> float:
@@ -120,11 +109,10 @@ class Trainer:
                 with self.autocast:
                     out = self.train_model(**batch.tensors)
                 (out.loss / cfg.grad_accum).backward()
-            self.stats.add(out, batch.tensors["masked_lm_labels"], batch.tensors["next_sentence_label"])
-            B, T, P = batch.shape
-            self.interval.samples += B
+            self.stats.add(out, batch.tensors)
+            self.interval.samples += batch.shape[0]
             self.interval.tokens += batch.tokens
-            self.interval.flops += train_flops(self.config, B, T, P)
+            self.interval.flops += self.task.flops(self.config, batch.tensors)
             self.cursor = batch.cursor
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_norm))  # the step's one sync
         if math.isfinite(grad_norm):  # the norm is global under DDP, so every rank decides alike
@@ -148,7 +136,7 @@ class Trainer:
         elapsed = time.perf_counter() - iv.start
         counters = torch.tensor([iv.samples, iv.tokens, iv.flops], dtype=torch.float64, device=d.device)
         totals = parallel.all_reduce_sum(torch.cat([self.stats.totals(), counters]), d)
-        summary = StepStats.summarize(totals[:-3])
+        summary = self.stats.summarize(totals[:-3])
         samples, tokens, flops = totals[-3:].tolist()
         self.last = {"step": self.step, **summary, "lr": lr, "grad_norm": grad_norm,
                      "samples_per_s": samples / elapsed, "tokens_per_s": tokens / elapsed,
@@ -157,30 +145,58 @@ class Trainer:
             self.last["mfu"] = flops / elapsed / (self.peak * d.world)
         if self.writer:
             self.writer.write(self.last)
-        bar.set_postfix(loss=f"{summary['loss']:.3f}", mlm_acc=f"{summary['mlm_acc']:.3f}", lr=f"{lr:.2e}")
+        shown = {k: f"{summary[k]:.3f}" for k in list(summary)[:2]}
+        bar.set_postfix(**shown, lr=f"{lr:.2e}")
         self.stats.reset()
         self.interval = Interval()
 
     def evaluate(self) -> None:
-        record = {"step": self.step, **evaluate(self.model, self.eval_data, self.cfg.batch_size,
-                                                self.cfg.eval_batches, self.d, self.autocast,
-                                                self.config.max_position_embeddings)}
+        metrics = self.task.evaluate(self.model, self.d, self.autocast)
+        record = {"step": self.step, **metrics}
         if self.writer:
             self.writer.write(record)
         self.log(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
         self.last.update(record)
+        self._track_best(metrics)
+
+    def _track_best(self, metrics: dict) -> None:
+        """Keep the best model by the task's metric in RUN/hf (and say which in best.json)."""
+        if self.task.best_metric is None:
+            return
+        name, greater = self.task.best_metric
+        value = metrics.get(f"eval_{name}")
+        if value is None or not math.isfinite(value):
+            return
+        if self.best is not None and not (value > self.best["value"] if greater else value < self.best["value"]):
+            return
+        self.best = {"step": self.step, "metric": name, "value": value}
+        if self.d.is_main:
+            self._export(self.model)
+            tmp = self.run / f".{BEST_FILE}.tmp"
+            tmp.write_text(json.dumps(self.best, indent=2) + "\n")
+            tmp.replace(self.run / BEST_FILE)
+        self.log(f"best {name} so far: {value:.4f} at step {self.step:,}; exported to {self.run / 'hf'}")
+
+    def _export(self, source) -> None:
+        state = self.task.state()
+        export_hf(source, self.run / "hf", tokenizer=self.task.tokenizer, config=self.config,
+                  architecture=state["architecture"], head_config=state.get("hf_config"))
 
     def save(self) -> None:
-        """Every rank contributes its RNG state; rank 0 writes step-N/ and refreshes RUN/hf/."""
+        """Every rank contributes its RNG state; rank 0 writes step-N/ (and RUN/hf/ when
+        the task keeps no best model)."""
         rngs = parallel.gather_states(ckpt.rng_state(), self.d)
         if self.d.is_main:
             cfg = self.cfg
             state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                      "scheduler": {"step": self.step}, "rng": rngs,
-                     "data": {"cursor": self.cursor, "seed": cfg.seed, "rows": len(self.data)},
+                     "data": {"cursor": self.cursor, "seed": cfg.seed, "rows": len(self.task.train_set)},
                      "config": self.config.to_dict(), "train": asdict(cfg), "step": self.step,
-                     "skipped_steps": self.bad_total}
-            path = ckpt.save_checkpoint(self.run, state, self.data.tokenizer.files, cfg.keep_last)
-            export_hf(state, self.run / "hf", tokenizer=self.data.tokenizer, config=self.config)
-            self.log(f"saved {path} and {self.run / 'hf'}")
+                     "skipped_steps": self.bad_total, "task": self.task.state(), "best": self.best}
+            self.saved = ckpt.save_checkpoint(self.run, state, self.task.tokenizer.files, cfg.keep_last)
+            if self.task.best_metric is None or self.best is None:
+                self._export(state)
+            self.log(f"saved {self.saved}" + (f" and {self.run / 'hf'}" if self.best is None else ""))
+        else:
+            self.saved = self.run / "checkpoints" / f"step-{self.step}"
         parallel.barrier(self.d)

@@ -1,0 +1,308 @@
+"""The one place that maps to and from transformers directories (our state dicts
+already use transformers' names).
+
+`export_hf` writes what `save_pretrained` of the head's transformers class plus a
+tokenizer's `save_pretrained` would: config.json (with the architecture and the head's
+fields, e.g. id2label), model.safetensors (every tensor except the tied decoder entries
+cls.predictions.decoder.weight/bias; metadata {"format": "pt"}) and the tokenizer files,
+so `AutoModelFor....from_pretrained(dir)` loads with no missing or unexpected keys and
+`AutoTokenizer.from_pretrained(dir)` works.
+
+Loading goes one way: `load_pretrained(path)` reads a RUN dir (its latest checkpoint), a
+checkpoint dir, or a Hugging Face BERT dir of any head (BertModel, BertForPreTraining,
+BertForMaskedLM, BertForSequenceClassification, BertForQuestionAnswering;
+model.safetensors or pytorch_model.bin, old gamma/beta LayerNorm names accepted), and
+`load_into(model, pretrained)` puts the encoder (and the head, where the source has the
+same one) into any of our head models, returning what it initialised anew or left out.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertmodel.checkpoint import is_disk_full, latest_checkpoint, load_checkpoint, unwrap_state_dict
+from bertmodel.config import BertConfig
+from bertmodel.errors import BertmodelError
+from bertmodel.data.shards import TokenizerInfo, tokenizer_info
+
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                "cls.predictions.decoder.bias": "cls.predictions.bias"}
+SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                      "cls_token": "[CLS]", "mask_token": "[MASK]"}
+
+
+ENCODER_PREFIX = "bert."
+POOLER_PREFIX = "bert.pooler."
+
+
+@dataclass
+class Pretrained:
+    config: BertConfig
+    state_dict: dict  # transformers' names, tied keys filled in where the source has an MLM head
+    tokenizer: TokenizerInfo | None
+    source: Path
+    step: int | None = None  # our checkpoints only
+    architecture: str = "BertForPreTraining"  # the transformers class the weights are for
+    head: dict = field(default_factory=dict)  # the head's settings (num_labels, id2label, task options)
+
+
+def hf_tensors(state_dict: dict) -> dict[str, torch.Tensor]:
+    """The tensors save_pretrained writes: tied decoder entries dropped, fp32, contiguous."""
+    sd = unwrap_state_dict(state_dict)
+    return {k: v.detach().to("cpu", torch.float32).contiguous().clone()
+            for k, v in sd.items() if k not in TIED_KEYS}
+
+
+def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int) -> None:
+    """Copy the tokenizer files; add tokenizer_config.json / special_tokens_map.json when
+    the source has only a vocab.txt (AutoTokenizer needs the former to lower-case)."""
+    if tokenizer is None:
+        return
+    for name, path in tokenizer.files.items():
+        shutil.copyfile(path, out_dir / name)
+    if "tokenizer_config.json" not in tokenizer.files:
+        lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "model_max_length": max_len,
+                  **SPECIAL_TOKENS_MAP}
+        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    if "special_tokens_map.json" not in tokenizer.files:
+        (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
+
+
+def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: BertConfig | None = None,
+              architecture: str | None = None, head_config: dict | None = None) -> Path:
+    """Write a Hugging Face directory of the head's class, atomically (tmp dir + rename).
+
+    source: a checkpoint dict (ours), a RUN or checkpoint dir, an HF dir, or a model.
+    tokenizer / config / architecture / head_config (extra config.json fields such as
+    num_labels, id2label, label2id): needed only when `source` does not carry them."""
+    out_dir = Path(out_dir)
+    if isinstance(source, torch.nn.Module):
+        state_dict, config = source.state_dict(), config or source.config
+        architecture = architecture or getattr(source, "hf_architecture", None)
+    elif isinstance(source, dict):
+        state_dict = source["model"]
+        config = config or BertConfig.from_dict(source["config"])
+        task = source.get("task") or {}
+        architecture = architecture or task.get("architecture")
+        head_config = head_config if head_config is not None else task.get("hf_config")
+    else:
+        pre = load_pretrained(source)
+        state_dict, config, tokenizer = pre.state_dict, pre.config, tokenizer or pre.tokenizer
+        architecture = architecture or pre.architecture
+        head_config = head_config if head_config is not None else pre.head.get("hf_config")
+    architecture = architecture or "BertForPreTraining"
+    if config is None:
+        raise BertmodelError("export_hf needs a config for a bare state dict")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        tmp.mkdir()
+        save_file(hf_tensors(state_dict), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp / "model.safetensors", 0o666 & ~_umask())  # safetensors writes 0600; match the others
+        hf_config = {**config.to_hf_dict(), "architectures": [architecture], **(head_config or {})}
+        if tokenizer is not None:
+            hf_config["pad_token_id"] = tokenizer.special_ids.get("pad", config.pad_token_id)
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+        write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
+    except BaseException as exc:
+        full = is_disk_full(out_dir.parent, exc)
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave half an export behind
+        if full:
+            kept = "the previous export is unchanged" if out_dir.exists() else "nothing was exported"
+            raise BertmodelError(f"{out_dir}: disk full while exporting; {kept}") from None
+        raise
+    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old.exists():
+        shutil.rmtree(old)
+    return out_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _hf_state_dict(directory: Path) -> dict:
+    if (directory / "model.safetensors").is_file():
+        sd = load_file(str(directory / "model.safetensors"))
+    elif (directory / "pytorch_model.bin").is_file():
+        sd = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise BertmodelError(f"{directory}: no model.safetensors or pytorch_model.bin")
+    out = {}
+    for k, v in sd.items():
+        k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if k.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel's names
+            k = "bert." + k
+        if k.endswith(("position_ids", "token_type_ids")) and "embeddings." in k:
+            continue  # buffers older transformers persisted
+        out[k] = v
+    return out
+
+
+def complete_state_dict(state_dict: dict) -> dict:
+    """Fill in the tied decoder entries save_pretrained leaves out (where there is an
+    MLM head to tie: a bare encoder gets no decoder)."""
+    sd = dict(state_dict)
+    if "cls.predictions.bias" not in sd:
+        return sd
+    for key, src in TIED_SOURCES.items():
+        if key not in sd and src in sd:
+            sd[key] = sd[src]
+    return sd
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    return any((directory / n).is_file() for n in ("vocab.txt", "tokenizer.json"))
+
+
+def _architecture(config: dict, sd: dict, path: Path) -> str:
+    archs = config.get("architectures") or []
+    if archs:
+        return archs[0]
+    # No architectures field (older exports): tell the head by its weights.
+    for key, arch in (("cls.seq_relationship.weight", "BertForPreTraining"), ("cls.predictions.bias", "BertForMaskedLM"),
+                      ("classifier.weight", "BertForSequenceClassification"),
+                      ("qa_outputs.weight", "BertForQuestionAnswering")):
+        if key in sd:
+            return arch
+    return "BertModel"
+
+
+def _hf_head(config: dict, architecture: str) -> dict:
+    """The head settings a transformers config.json carries (for our task objects)."""
+    head = {}
+    if architecture == "BertForSequenceClassification":
+        id2label = {int(k): v for k, v in (config.get("id2label") or {}).items()}
+        head["num_labels"] = int(config.get("num_labels") or len(id2label) or 2)
+        head["id2label"] = id2label
+        head["problem_type"] = config.get("problem_type")
+    return head
+
+
+def load_pretrained(path) -> Pretrained:
+    """Read a RUN dir, a checkpoint dir (ours) or a Hugging Face BertForPreTraining dir."""
+    path = Path(path)
+    if not path.exists():
+        raise BertmodelError(f"{path}: no such model directory")
+    if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
+        ckpt = latest_checkpoint(path)
+        if ckpt is None:
+            if (path / "hf" / "config.json").is_file():
+                return load_pretrained(path / "hf")
+            raise BertmodelError(f"{path}: a run directory without a complete checkpoint")
+        path = ckpt
+    if (path / "state.pt").is_file():
+        state = load_checkpoint(path)
+        tok_dir = path / "tokenizer"
+        tok = tokenizer_info(tok_dir) if _has_tokenizer(tok_dir) else None
+        task = state.get("task") or {}  # checkpoints written before tasks existed are pre-training ones
+        return Pretrained(BertConfig.from_dict(state["config"]), complete_state_dict(state["model"]),
+                          tok, path, step=int(state["step"]),
+                          architecture=task.get("architecture", "BertForPreTraining"), head=task)
+    if (path / "config.json").is_file():
+        try:
+            config = json.loads((path / "config.json").read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BertmodelError(f"{path}/config.json: not valid JSON ({exc})") from None
+        if config.get("model_type") != "bert":
+            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert'; "
+                                 "only BERT models are supported")
+        cfg = BertConfig.from_dict(config)
+        sd = complete_state_dict(_hf_state_dict(path))
+        tok = tokenizer_info(path) if _has_tokenizer(path) else None
+        arch = _architecture(config, sd, path)
+        return Pretrained(cfg, sd, tok, path, architecture=arch, head={"hf_config": _hf_head(config, arch),
+                                                                      **_hf_head(config, arch)})
+    raise BertmodelError(f"{path}: not a run, checkpoint or Hugging Face model directory")
+
+
+def _is_head(key: str) -> bool:
+    """A head's tensor (or the pooler, which some heads lack), not the shared encoder's."""
+    return not key.startswith(ENCODER_PREFIX) or key.startswith(POOLER_PREFIX)
+
+
+def _names(keys: list[str]) -> str:
+    # "cls.predictions.*" rather than every tensor of a module
+    groups = sorted({".".join(k.split(".")[:2]) + ".*" if k.count(".") > 1 else k for k in keys})
+    return ", ".join(groups)
+
+
+def load_into(model, pretrained: Pretrained) -> list[str]:
+    """Load the encoder (and the head, where the source has it) into `model`.
+
+    The encoder must fit exactly. Head tensors the source lacks keep their fresh init,
+    head tensors the model has no use for are left out, and a head of another shape
+    (another number of labels) starts anew: each is returned as a line to report, never
+    done silently."""
+    own = model.state_dict()
+    sd, notes, reshaped = {}, [], []
+    for key, value in pretrained.state_dict.items():
+        if key in own and own[key].shape != value.shape:
+            if not _is_head(key):
+                raise BertmodelError(f"{pretrained.source}: weights do not fit the model (size mismatch for {key}: "
+                                     f"{tuple(value.shape)} in the source, {tuple(own[key].shape)} here)")
+            reshaped.append(key)
+            continue
+        sd[key] = value
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if k not in TIED_KEYS]
+    bad_missing = [k for k in missing if not _is_head(k) and k not in reshaped]
+    bad_unexpected = [k for k in unexpected if not _is_head(k)]
+    if bad_missing or bad_unexpected:
+        parts = []
+        if bad_missing:
+            parts.append(f"missing {', '.join(bad_missing[:4])}{' ...' if len(bad_missing) > 4 else ''}")
+        if bad_unexpected:
+            parts.append(f"unexpected {', '.join(bad_unexpected[:4])}{' ...' if len(bad_unexpected) > 4 else ''}")
+        raise BertmodelError(f"{pretrained.source}: weights do not fit the model ({'; '.join(parts)})")
+    fresh = sorted(set(missing) | set(reshaped))
+    if fresh:
+        notes.append(f"newly initialised (not in {pretrained.source}): {_names(fresh)}")
+    if unexpected:
+        notes.append(f"not used from {pretrained.source}: {_names(list(unexpected))}")
+    model.tie_weights()
+    return notes
+
+
+def _inside(a: Path, b: Path) -> bool:
+    """Whether a is b or lies inside b (both resolved)."""
+    return a == b or b in a.parents
+
+
+def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False) -> Pretrained:
+    """`bertmodel export-hf`: export `source` (run, checkpoint or HF dir) to out_dir,
+    which must be new or empty unless overwrite is given, and may never be (or hold, or
+    lie inside) the source itself: replacing it would delete what is being exported."""
+    out_dir, src = Path(out_dir), Path(source)
+    pre = load_pretrained(src)
+    out_abs, src_abs, ckpt_abs = out_dir.resolve(), src.resolve(), Path(pre.source).resolve()
+    for origin in {src_abs, ckpt_abs}:
+        if _inside(out_abs, origin) or _inside(origin, out_abs):
+            raise BertmodelError(f"{out_dir}: is (or contains, or lies inside) the model being exported "
+                                 f"({source}); choose another directory")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BertmodelError(f"{out_dir}: exists and is a file")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise BertmodelError(f"{out_dir}: is not empty; pass --overwrite to replace what it holds")
+    tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
+    if tok is None:
+        raise BertmodelError(f"{source}: no tokenizer files stored with it; pass --tokenizer")
+    export_hf({"model": pre.state_dict, "config": pre.config.to_dict(),
+               "task": {"architecture": pre.architecture, "hf_config": pre.head.get("hf_config")}},
+              out_dir, tokenizer=tok)
+    return pre

@@ -1,0 +1,175 @@
+"""The BERT encoder (`BertModel`), shared by every task's head, for one device.
+
+Module and parameter names are exactly those of `transformers.BertModel` (under the
+`bert.` prefix of every head model), so state dicts need no renaming to export or import
+(LIBRARY-NOTES.md lists them). What differs is how the work is done:
+- attention is one `scaled_dot_product_attention` call on a fused Q/K/V projection
+  (the three `Linear`s are kept for their names; their weights are concatenated per call);
+- a head that reads only some positions (MLM slots, [CLS]) passes them as
+  `query_index`: the last layer then computes only those rows (see Encoder);
+- there are no position_ids / token_type_ids buffers (positions are a slice of the table).
+Shapes: B batch, T padded sequence length, H hidden, A heads, D = H / A, P predictions,
+V vocabulary.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertmodel.config import BertConfig
+
+class Embeddings(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        T = input_ids.shape[1]
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)  # (B, T, H)
+        x = x + self.position_embeddings.weight[:T]  # positions 0..T-1, broadcast over B
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+
+
+class DenseLayerNorm(nn.Module):
+    """`dense` then dropout then LayerNorm(residual + x): transformers' *Output blocks."""
+
+    def __init__(self, in_features: int, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(residual + self.dropout(self.dense(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = SelfAttention(config)  # named as in transformers: attention.self.query
+        self.output = DenseLayerNorm(config.hidden_size, config)
+        self.num_heads = config.num_attention_heads
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, xq: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, H) -> (B, T, H); or, given query rows xq (B, Q, H), only those rows
+        attend (to all of x) and (B, Q, H) comes back."""
+        B, T, H = x.shape
+        A, D = self.num_heads, H // self.num_heads
+        s = self.self
+        if xq is None:  # one (3H, H) projection instead of three
+            weight = torch.cat([s.query.weight, s.key.weight, s.value.weight])
+            bias = torch.cat([s.query.bias, s.key.bias, s.value.bias])
+            q, k, v = F.linear(x, weight, bias).view(B, T, 3, A, D).permute(2, 0, 3, 1, 4).unbind(0)
+            xq = x
+        else:
+            weight = torch.cat([s.key.weight, s.value.weight])
+            bias = torch.cat([s.key.bias, s.value.bias])
+            k, v = F.linear(x, weight, bias).view(B, T, 2, A, D).permute(2, 0, 3, 1, 4).unbind(0)
+            q = s.query(xq).view(B, -1, A, D).transpose(1, 2)
+        # q (B, A, Q, D), k and v (B, A, T, D); mask (B, 1, 1, T) broadcasts over heads and queries
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Q, H)
+        return self.output(y, xq)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.dense(x))  # exact erf GELU, transformers' "gelu"
+
+
+class Layer(nn.Module):
+    """Post-LN transformer block (Devlin et al. 2019 / Vaswani et al. 2017)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = Attention(config)
+        self.intermediate = Intermediate(config)
+        self.output = DenseLayerNorm(config.intermediate_size, config)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, query_index: torch.Tensor | None = None):
+        """query_index (B, Q): compute the output only at these positions -> (B, Q, H)."""
+        xq = None
+        if query_index is not None:
+            xq = x.gather(1, query_index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # (B, Q, H)
+        x = self.attention(x, mask, xq)
+        return self.output(self.intermediate(x), x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+                query_index: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H), or (B, Q, H) at query_index: the last layer then runs
+        its queries, feed-forward and LayerNorms only there (keys/values still use all T)."""
+        for i, layer in enumerate(self.layer):
+            last = i == len(self.layer) - 1
+            x = layer(x, mask, query_index if last else None)
+        return x
+
+
+class Pooler(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(x[:, 0]))  # the [CLS] state -> (B, H)
+
+
+class BertModel(nn.Module):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__()
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        # transformers' BertForQuestionAnswering and BertForMaskedLM have no pooler.
+        self.pooler = Pooler(config) if add_pooling_layer else None
+
+    def forward(self, input_ids, token_type_ids, attention_mask, query_index=None) -> torch.Tensor:
+        """Hidden states (B, T, H), or (B, Q, H) at query_index (see Encoder)."""
+        # (B, T) 1/0 -> (B, 1, 1, T) bool, True = may attend; broadcast over heads and queries.
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        return self.encoder(self.embeddings(input_ids, token_type_ids), mask, query_index)
+
+
+def init_weights(module: nn.Module, config: BertConfig, word_embeddings: nn.Embedding | None = None,
+                 skip: tuple[nn.Module, ...] = ()) -> None:
+    """BERT's init (`module.apply`-style, one module): every weight ~ N(0, 0.02), biases
+    0, LayerNorm 1/0; the [PAD] row of the word embeddings 0 as transformers does
+    (padding_idx). Modules in `skip` (a tied decoder) keep what they have."""
+    std = config.initializer_range
+    if module in skip:
+        return
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module is word_embeddings:
+            with torch.no_grad():
+                module.weight[config.pad_token_id].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)

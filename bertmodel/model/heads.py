@@ -1,0 +1,255 @@
+"""Task heads on the shared encoder, named and shaped as transformers' classes.
+
+Each model here is `bert` (the encoder, model/encoder.py) plus one head, with exactly
+the parameter names of the transformers class it exports as, so a state dict moves
+between them with no renaming:
+  BertForPreTraining              bert.* + cls.predictions.* (MLM, tied) + cls.seq_relationship
+  BertForMaskedLM                 bert.* without pooler + cls.predictions.*
+  BertForSequenceClassification   bert.* + dropout + classifier (num_labels; 1 = regression)
+  BertForQuestionAnswering        bert.* without pooler + qa_outputs (start/end per token)
+Heads that read only some positions ask the encoder for just those rows (query_index):
+MLM reads [CLS] and the prediction slots, classification only [CLS], so the last layer
+runs at those positions alone. QA reads every token.
+Shapes: B batch, T padded sequence length, H hidden, P prediction slots, V vocabulary,
+C classes.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertmodel.config import BertConfig
+from bertmodel.model.encoder import BertModel, init_weights
+
+IGNORE_INDEX = -100  # label of padded prediction slots (the transformers / PyTorch convention)
+
+
+class PretrainingOutput(NamedTuple):
+    loss: torch.Tensor | None  # mlm_loss (+ nsp_loss, as transformers sums them)
+    mlm_loss: torch.Tensor | None  # mean over real (non -100) prediction slots
+    nsp_loss: torch.Tensor | None  # None for MLM-only
+    mlm_logits: torch.Tensor  # (B, P, V), only at masked_lm_positions
+    nsp_logits: torch.Tensor | None  # (B, 2); class 0 = B follows A (or: in order)
+
+
+class ClassificationOutput(NamedTuple):
+    loss: torch.Tensor | None  # cross-entropy, or MSE for regression (num_labels 1)
+    logits: torch.Tensor  # (B, C)
+
+
+class QuestionAnsweringOutput(NamedTuple):
+    loss: torch.Tensor | None  # (CE(start) + CE(end)) / 2, as transformers computes it
+    start_logits: torch.Tensor  # (B, T)
+    end_logits: torch.Tensor  # (B, T)
+
+
+class PredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(F.gelu(self.dense(x)))
+
+
+class LMPredictionHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        # The decoder's weight is tied to the word embeddings and its bias is `bias`
+        # (BertForPreTraining._tied_weights_keys); both are set by the parent.
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(x))
+
+
+class PreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = LMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class OnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = LMPredictionHead(config)
+
+
+class BertWithHead(nn.Module):
+    """What every head model shares: the encoder as `bert`, BERT's init, parameter
+    counts and the optimizer grouping."""
+
+    hf_architecture = ""
+    has_pooler = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.has_pooler)
+
+    def tie_weights(self) -> None:
+        """Heads with a decoder tie it to the word embeddings; others have nothing to tie."""
+
+    def init_weights(self) -> None:
+        decoder = getattr(getattr(getattr(self, "cls", None), "predictions", None), "decoder", None)
+        words = self.bert.embeddings.word_embeddings
+        self.apply(lambda m: init_weights(m, self.config, words, skip=(decoder,) if decoder is not None else ()))
+        if decoder is not None:
+            nn.init.zeros_(self.cls.predictions.bias)  # the MLM output bias starts at 0
+
+    def num_params(self, embeddings: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())  # parameters() yields tied tensors once
+        if not embeddings:
+            emb = self.bert.embeddings
+            n -= sum(m.weight.numel() for m in (emb.word_embeddings, emb.position_embeddings,
+                                                 emb.token_type_embeddings))
+        return n
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """Optimizer groups, BERT's convention (google-research/bert optimization.py,
+        exclude_from_weight_decay=["LayerNorm", "bias"]): decay every matrix, including
+        the embedding tables; no decay on biases and LayerNorm, i.e. on every 1-D tensor."""
+        decay, no_decay = [], []
+        for _, p in self.named_parameters():  # tied parameters appear once
+            if p.requires_grad:
+                (decay if p.dim() >= 2 else no_decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _mlm_loss(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(mlm_logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
+
+
+def _slot_index(masked_lm_positions: torch.Tensor) -> torch.Tensor:
+    """(B, 1 + P): [CLS] then the prediction slots, the rows the last layer computes."""
+    B = masked_lm_positions.shape[0]
+    return torch.cat([masked_lm_positions.new_zeros(B, 1), masked_lm_positions], 1).long()
+
+
+class BertForPreTraining(BertWithHead):
+    """MLM + a sentence-pair head (NSP, or SOP with the same weights)."""
+
+    hf_architecture = "BertForPreTraining"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.cls = PreTrainingHeads(config)
+        self.tie_weights()
+        self.init_weights()
+
+    def tie_weights(self) -> None:
+        predictions = self.cls.predictions
+        predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+        predictions.decoder.bias = predictions.bias
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T) token ids, masking applied
+        token_type_ids: torch.Tensor,  # (B, T) 0/1
+        attention_mask: torch.Tensor | None,  # (B, T) 1 = real token, 0 = padding
+        masked_lm_positions: torch.Tensor,  # (B, P) positions to predict, padded slots any valid index
+        masked_lm_labels: torch.Tensor | None = None,  # (B, P) original ids, -100 in padded slots
+        next_sentence_label: torch.Tensor | None = None,  # (B,) 0 = B follows A, 1 = random
+    ) -> PretrainingOutput:
+        # Only [CLS] (for NSP) and the P prediction slots are ever read from the last
+        # layer, so it runs at those 1 + P positions alone: same values there, ~(T-1-P)/T
+        # of the last layer's work saved (the last-layer pruning of MLPerf BERT entries).
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, _slot_index(masked_lm_positions))
+        nsp_logits = self.cls.seq_relationship(self.bert.pooler(hidden))  # [CLS] -> (B, 2)
+        mlm_logits = self.cls.predictions(hidden[:, 1:])  # (B, P, H) -> (B, P, V)
+        mlm_loss = nsp_loss = loss = None
+        if masked_lm_labels is not None:
+            mlm_loss = loss = _mlm_loss(mlm_logits, masked_lm_labels)
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.long())
+            loss = nsp_loss if loss is None else loss + nsp_loss
+        return PretrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits)
+
+
+class BertForMaskedLM(BertWithHead):
+    """MLM only (RoBERTa's recipe): no pooler, no pair head, as transformers' class."""
+
+    hf_architecture = "BertForMaskedLM"
+    has_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.cls = OnlyMLMHead(config)
+        self.tie_weights()
+        self.init_weights()
+
+    tie_weights = BertForPreTraining.tie_weights
+
+    def forward(self, input_ids, token_type_ids, attention_mask, masked_lm_positions,
+                masked_lm_labels=None, next_sentence_label=None) -> PretrainingOutput:
+        # The last layer runs at the P slots (+ [CLS], which keeps the index layout of
+        # BertForPreTraining; its row is simply not read).
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, _slot_index(masked_lm_positions))
+        mlm_logits = self.cls.predictions(hidden[:, 1:])
+        mlm_loss = _mlm_loss(mlm_logits, masked_lm_labels) if masked_lm_labels is not None else None
+        return PretrainingOutput(mlm_loss, mlm_loss, None, mlm_logits, None)
+
+
+class BertForSequenceClassification(BertWithHead):
+    """[CLS] -> pooler -> dropout -> linear; num_labels 1 is regression (MSE)."""
+
+    hf_architecture = "BertForSequenceClassification"
+
+    def __init__(self, config: BertConfig, num_labels: int):
+        super().__init__(config)
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)  # transformers: classifier_dropout or this
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> ClassificationOutput:
+        B = input_ids.shape[0]
+        # Only [CLS] is read, so the last layer computes that one row (B, 1, H).
+        cls_index = torch.zeros(B, 1, dtype=torch.long, device=input_ids.device)
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, cls_index)
+        logits = self.classifier(self.dropout(self.bert.pooler(hidden)))  # (B, C)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels.long())
+        return ClassificationOutput(loss, logits)
+
+
+class BertForQuestionAnswering(BertWithHead):
+    """Start and end scores per token (qa_outputs: H -> 2), no pooler, as transformers."""
+
+    hf_architecture = "BertForQuestionAnswering"
+    has_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids, attention_mask, start_positions=None,
+                end_positions=None) -> QuestionAnsweringOutput:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, H)
+        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)  # (B, T) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # As transformers: positions outside the sequence are ignored.
+            T = start_logits.shape[1]
+            start = start_positions.long().clamp(0, T)
+            end = end_positions.long().clamp(0, T)
+            loss = (F.cross_entropy(start_logits, start, ignore_index=T)
+                    + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits)
+
+
+HEAD_MODELS = {cls.hf_architecture: cls for cls in (BertForPreTraining, BertForMaskedLM,
+                                                    BertForSequenceClassification, BertForQuestionAnswering)}

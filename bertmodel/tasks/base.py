@@ -1,0 +1,51 @@
+"""The task interface: the one thing that knows its objective.
+
+The generic loop (training/loop.py) asks a task for:
+  fresh_model(log) / model_for(config)   the encoder + head (BertWithHead), new or to resume
+  train_set                              an object with `len()` and `collate(rows, max_len)`
+                                         -> dict of numpy arrays (the model's keyword
+                                         arguments, padded per batch)
+  new_stats(device)                      per-interval sums: add(out, tensors), totals(),
+                                         summarize(totals) -> dict, reset()
+  flops(config, tensors)                 training FLOPs of one micro-batch (for MFU)
+  evaluate(model, d, autocast)           {"eval_<metric>": value, ...} (may write predictions)
+  best_metric                            (name, greater_is_better) to keep the best model, or None
+  state()                                what goes into a checkpoint's "task" entry (the
+                                         transformers class, config.json head fields, task options)
+and exports through hf.export_hf with the task's architecture and head config.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from bertmodel.config import BertConfig
+from bertmodel.data.shards import TokenizerInfo
+
+
+class TrainSet(Protocol):
+    def __len__(self) -> int: ...
+
+    def collate(self, rows: np.ndarray, max_len: int | None = None) -> dict[str, np.ndarray]: ...
+
+
+class Task(Protocol):
+    name: str
+    architecture: str
+    tokenizer: TokenizerInfo
+    train_set: TrainSet
+    best_metric: tuple[str, bool] | None
+
+    def fresh_model(self, log) -> torch.nn.Module: ...
+
+    def model_for(self, config: BertConfig) -> torch.nn.Module: ...
+
+    def new_stats(self, device: torch.device): ...
+
+    def flops(self, config: BertConfig, tensors: dict[str, torch.Tensor]) -> float: ...
+
+    def evaluate(self, model, d, autocast) -> dict: ...
+
+    def state(self) -> dict: ...
