@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from bertprep.instances import PairConfig, TokenizedPartition, build_pairs, truncated_lengths
@@ -162,24 +162,143 @@ def z_score(k: int, n: int, p: float) -> float:
     return (k / n - p) / math.sqrt(p * (1 - p) / n)
 
 
+# Every statistical bound below is |z| < 6 (or the chi-square equivalent): a correct
+# implementation crosses it with probability ~2e-9 per check, so fixed seeds never flake,
+# and a bias of 6 standard errors fails half the time, of 8 almost always. Each test
+# states that smallest bias for its sample.
+Z_BOUND = 6.0
+
+
+def observed_split(rows, original, masked):
+    """[MASK]/kept/random counts read from the rows themselves: at every labelled
+    position, what the row now holds against the original token there. A random draw
+    that happens to equal the original reads as kept, so the expected shares are
+    kept 0.1 + 0.1/V, random 0.1 (1 - 1/V) for V ordinary ids."""
+    flat = np.repeat(rows.offsets[:-1], np.diff(masked.offsets)) + masked.positions.astype(np.int64)
+    before, shown = original[flat], rows.input_ids[flat]
+    assert np.array_equal(masked.labels, before)  # the labels are the original tokens
+    is_mask = shown == MASK
+    is_kept = shown == before
+    is_random = ~is_mask & ~is_kept
+    return before, shown, int(is_mask.sum()), int(is_kept.sum()), is_random
+
+
+def chi_square_uniform(draws: np.ndarray, pool: np.ndarray) -> tuple[float, int]:
+    counts = np.bincount(np.searchsorted(pool, draws), minlength=len(pool))
+    expected = len(draws) / len(pool)
+    return float(((counts - expected) ** 2 / expected).sum()), len(pool) - 1
+
+
+def chi_square_independence(x: np.ndarray, y: np.ndarray, buckets: int = 8) -> tuple[float, int]:
+    table = np.zeros((buckets, buckets))
+    np.add.at(table, (x % buckets, y % buckets), 1)
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    return float(((table - expected) ** 2 / expected).sum()), (buckets - 1) ** 2
+
+
+def chi_square_bound(dof: int) -> float:
+    return dof + Z_BOUND * math.sqrt(2 * dof)  # chi-square: mean dof, sd sqrt(2 dof)
+
+
+def check_masking_statistics(rows, original, masked, pool: np.ndarray, config: MaskingConfig) -> int:
+    """The 80/10/10 split and the random draw, all counted from the output rows."""
+    before, shown, n_mask, n_kept, is_random = observed_split(rows, original, masked)
+    n, v = len(shown), len(pool)
+    assert abs(z_score(n_mask, n, 0.8)) < Z_BOUND, n_mask / n
+    assert abs(z_score(n_kept, n, 0.1 + 0.1 / v)) < Z_BOUND, n_kept / n
+    assert abs(z_score(int(is_random.sum()), n, 0.1 * (1 - 1 / v))) < Z_BOUND, is_random.mean()
+    # Random replacements: uniform over the ordinary ids, whatever the original was.
+    draws = shown[is_random]
+    assert np.isin(draws, pool).all()
+    stat, dof = chi_square_uniform(draws, pool)
+    assert stat < chi_square_bound(dof), (stat, dof)
+    stat, dof = chi_square_independence(before[is_random].astype(np.int64), draws.astype(np.int64))
+    assert stat < chi_square_bound(dof), (stat, dof)
+    # Labelled positions per row: the count formula for the row's length.
+    assert np.array_equal(np.diff(masked.offsets), num_to_predict(rows.lengths, config))
+    return n
+
+
 def test_masking_statistics_on_many_positions():
-    # ~190k masked positions; a correct implementation sits within |z| < 6 with
-    # overwhelming probability (the bound is wide on purpose: fixed seed, no flakes),
-    # while a 1-point bias in a share would give |z| > 10.
+    # 5,432 rows, 83,561 masked positions, 8,280 random draws over 800 ordinary ids.
+    # Standard errors: [MASK] share sqrt(.8 * .2 / 83561) = 0.14 points, kept/random
+    # 0.10 points; so a bias of 0.8 point in the [MASK] share or 0.6 point in the
+    # kept/random shares fails (6 standard errors), and a 1-point bias gives |z| ~7 / ~10.
+    # Random draws: 10.4 per id on average; a draw confined to 90% of the ids, or one
+    # that depends on the original token, exceeds the chi-square bounds many times over.
     _, rows, original, masked = masked_rows(big_partition(1), seed=7)
-    n = len(masked.positions)
-    assert n >= 25_000
-    assert abs(z_score(masked.num_masked, n, 0.8)) < 6
-    assert abs(z_score(masked.num_kept, n, 0.1)) < 6
-    assert abs(z_score(masked.num_random, n, 0.1)) < 6
-    # The rate: exactly the count formula per row, which sits near 0.15 of tokens.
+    n = check_masking_statistics(rows, original, masked, ORDINARY, MaskingConfig())
+    assert n > 80_000
     rate = n / len(rows.input_ids)
     assert abs(rate - 0.15) < 0.005
-    # Random replacements are uniform over the ordinary vocabulary: no special ids.
-    flat = np.repeat(rows.offsets[:-1], np.diff(masked.offsets)) + masked.positions
-    shown = rows.input_ids[flat]
-    random_ones = shown[(shown != MASK) & (shown != masked.labels)]
-    assert np.isin(random_ones, ORDINARY).all()
+
+
+vocab_sizes = st.integers(300, 30_000)
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), vocab_sizes, st.sampled_from([32, 64, 128]))
+@settings(max_examples=8, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))  # no slow shrinking
+def test_masking_statistics_hold_for_drawn_seeds_lengths_and_vocabularies(corpus_seed, seed, vocab_size, max_seq):
+    """The same bounds over drawn corpora (document and sentence lengths), vocabularies
+    (ordinary pools of 200 to 29,800 ids) and seeds. Each example masks >= 20,000
+    positions, so a bias above 6 * sqrt(.16 / 20000) = 1.7 points in the [MASK] share
+    or 1.3 points in kept/random fails every example."""
+    rng = np.random.default_rng(corpus_seed)
+    docs = [list(rng.integers(1, 60, rng.integers(1, 20))) for _ in range(400)]
+    lengths = [n for d in docs for n in d]
+    so = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    do = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    special = 100
+    pool = np.arange(special, vocab_size, dtype=np.int32)
+    ids = rng.integers(special, vocab_size, so[-1]).astype(np.uint16)
+    part = TokenizedPartition(ids, so, do)
+    vocab = Vocabulary(MASK, vocab_size, pool)
+    pairs = np.concatenate([build_pairs(part, PairConfig(max_seq_length=max_seq), random.Random(seed + k))
+                            for k in range(4)])
+    rows = build_rows(part.ids, pairs, CLS, SEP, np.uint16)
+    original = rows.input_ids.copy()
+    masked = apply_masking(rows, MaskingConfig(), vocab, np.random.default_rng(seed))
+    assert len(masked.positions) >= 20_000
+    check_masking_statistics(rows, original, masked, pool, MaskingConfig())
+
+
+def word_groups(before: np.ndarray, a_len: int) -> list[list[int]]:
+    """Google's whole-word grouping, read from a row: a "##" piece joins the word before
+    it, except at the start of a segment; [CLS] and [SEP] are no word."""
+    sep = a_len + 1
+    groups: list[list[int]] = []
+    for p in range(1, len(before) - 1):
+        if p == sep:
+            continue
+        if VOCAB.is_continuation[before[p]] and p - 1 not in (0, sep) and groups:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return groups
+
+
+@given(partitions, st.integers(0, 2**32 - 1), st.sampled_from([16, 64, 128]), st.sampled_from([1, 5, 20]),
+       st.sampled_from([0.15, 0.5]))
+@settings(max_examples=100, deadline=None)
+def test_whole_word_masking_takes_whole_groups_up_to_the_target(part, seed, max_seq, max_pred, prob):
+    """Google's rule: groups in random order, each taken unless it would overshoot the
+    target, until the target is reached. So the chosen positions are a union of whole
+    groups, never more than the target, and when fewer, every group left out is too big
+    for the room that was left."""
+    config = MaskingConfig(max_pred, prob, whole_word_mask=True)
+    pairs, rows, original, masked = masked_rows(part, seed, max_seq, config)
+    observed_split(rows, original, masked)  # labels are the original tokens
+    for r in range(rows.num_rows):
+        lo, hi = rows.offsets[r], rows.offsets[r + 1]
+        before, length, a_len = original[lo:hi], hi - lo, int(pairs[r][1])
+        chosen = set(masked.positions[masked.offsets[r] : masked.offsets[r + 1]].tolist())
+        wanted = min(max_pred, max(1, round(length * prob)), length - 3)
+        groups = word_groups(before, a_len)
+        taken = [g for g in groups if set(g) <= chosen]
+        assert sum(len(g) for g in taken) == len(chosen), "a word masked in part"
+        assert len(chosen) <= wanted
+        room = wanted - len(chosen)
+        assert all(len(g) > room for g in groups if g not in taken), (wanted, len(chosen))
 
 
 def test_whole_vocab_draw_reaches_specials():
@@ -191,17 +310,52 @@ def test_whole_vocab_draw_reaches_specials():
     assert (random_ones < 200).any()  # ids below the ordinary range do occur
 
 
-def test_next_sentence_random_fraction_matches_reference_behaviour():
-    # Single-sentence chunks are always random-next, so the fraction sits above 0.5
-    # (REFERENCE.md: about 0.56 on typical text). Over ~16k rows the sd is ~0.004, so (0.5, 0.65) is a wide bound.
-    part = big_partition(3)
-    fractions = []
-    for seed in range(3):
-        pairs = build_pairs(part, PairConfig(), random.Random(seed))
-        fractions.append(pairs[:, 4].mean())
-        assert len(pairs) > 5_000
-    mean = float(np.mean(fractions))
-    assert 0.5 < mean < 0.65
+def test_next_sentence_random_fraction_is_what_the_algorithm_gives():
+    """A corpus whose pairs the algorithm fixes up to its coins: D1 one-sentence documents
+    and D2 two-sentence ones, every document shorter than the target (short_seq_prob 0).
+    A one-sentence chunk is always random-next: 1 random row. A two-sentence chunk flips
+    the NSP coin: heads, one is-next row; tails, a random row for the first sentence,
+    whose second is then put back and becomes a one-sentence chunk: 2 random rows. With
+    K ~ Binomial(D2, 1/2) tails, the fraction is (D1 + 2K) / (D1 + D2 + K), exactly."""
+    d1, d2, passes = 1_000, 4_000, 3
+    rng = np.random.default_rng(11)
+    docs = [[int(rng.integers(5, 60))] for _ in range(d1)] + [list(rng.integers(5, 60, 2)) for _ in range(d2)]
+    order = rng.permutation(len(docs))
+    part = make_partition([docs[i] for i in order])
+    pairs = np.concatenate([build_pairs(part, PairConfig(short_seq_prob=0.0), random.Random(s)) for s in range(passes)])
+    n1, n2, k = passes * d1, passes * d2, passes * d2 / 2  # K over all passes: mean n2/2, sd sqrt(n2)/2
+
+    def fraction(tails):
+        return (n1 + 2 * tails) / (n1 + n2 + tails)
+
+    tails = len(pairs) - n1 - n2  # each tail adds one row ...
+    assert int(pairs[:, 4].sum()) == n1 + 2 * tails  # ... and two random ones, exactly
+    expected = fraction(k)  # 0.714
+    standard_error = (n1 + 2 * n2) / (n1 + n2 + k) ** 2 * math.sqrt(n2) / 2  # delta method: 0.0034
+    observed = pairs[:, 4].mean()
+    # |z| < 6: an NSP coin of 0.53 instead of 0.5 moves the fraction by 6.5 standard
+    # errors (fails about 2 runs in 3), 0.55 by 10.7 (always; the old bound of
+    # (0.5, 0.65) let it through).
+    assert abs(observed - expected) < Z_BOUND * standard_error, (observed, expected, standard_error)
+
+
+def test_truncation_cuts_front_and_back_equally_for_a_and_b():
+    """Documents of 100-token sentences: every chunk is two sentences (the second
+    reaches the 125-token target), A one sentence and B one sentence, so every pair is
+    200 tokens cut to 125: B loses 38 (it loses first on a tie), A 37. The reference
+    flips a coin per removed token for front or back, so the tokens cut from each
+    side's front are Binomial(38, 1/2) for B and Binomial(37, 1/2) for A."""
+    part = make_partition([[100] * 6 for _ in range(300)])
+    pairs = np.concatenate([build_pairs(part, PairConfig(short_seq_prob=0.0), random.Random(s)) for s in range(2)])
+    assert (pairs[:, 1] == 63).all() and (pairs[:, 3] == 62).all()
+    for column, removed in ((0, 37), (2, 38)):
+        front = pairs[:, column] % 100  # tokens cut before the segment's start
+        assert (front <= removed).all()
+        # Mean removed/2, sd sqrt(removed)/2 per pair; over ~2,400 pairs the standard
+        # error is 0.06 tokens, so a bias of 0.4 tokens (1%) to either end fails.
+        standard_error = math.sqrt(removed / 4 / len(front))
+        assert abs(front.mean() - removed / 2) < Z_BOUND * standard_error, (column, front.mean())
+        assert abs(front.var() / (removed / 4) - 1) < 0.15  # binomial spread, not a fixed split
 
 
 def test_pairs_follow_the_reference_shapes():
