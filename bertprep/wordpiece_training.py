@@ -63,6 +63,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
 from bertprep.tokenizer import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
+from bertprep.wordpiece_guards import LongWords, train_interruptibly
 
 REPORT_FILE = "training.json"
 _HASH_SPACE = 1 << 64
@@ -143,9 +144,10 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work-", dir=out_dir.parent))
     try:
-        split = _split_corpus(documents, config, work, progress)
-        warnings = list(split.warnings)
         normalizer, pre_tokenizer = _normalizer(config.lowercase), pre_tokenizers.BertPreTokenizer()
+        long_words = LongWords(config.max_chars_per_word, config.lowercase, normalizer, pre_tokenizer)
+        split = _split_corpus(documents, config, work, progress, long_words)
+        warnings = list(split.warnings) + ([long_words.warning()] if long_words.dropped else [])
         char_counts = _normalized_char_counts(split.train_path, normalizer, pre_tokenizer)
         alphabet, dropped = _choose_alphabet(char_counts, config.limit_alphabet)
         continuing = [ch for ch in alphabet if _can_continue_word(ch, normalizer, pre_tokenizer)]
@@ -230,8 +232,11 @@ class _Split:
     warnings: list[str] = field(default_factory=list)
 
 
-def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool) -> _Split:
-    """Stream documents into train.txt (all, or the sample) and heldout.txt."""
+def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool,
+                  long_words: LongWords) -> _Split:
+    """Stream documents into train.txt (all, or the sample) and heldout.txt. Training text
+    goes without the words too long to encode (LongWords); held-out text keeps them, as
+    [UNK]s count in its [UNK] rate."""
     heldout_path = work / "heldout.txt"
     train_path = work / "train.txt"
     sampler = _BottomSample(work / "sample.txt", config.sample_bytes) if config.sample_bytes else None
@@ -241,7 +246,8 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
     with open(heldout_path, "wb") as heldout, open(train_path, "wb") as train, \
             progress_bar(progress, desc="reading", unit="B", unit_scale=True, unit_divisor=1000) as bar:
         for sentences in documents:
-            data = "".join(s + "\n" for s in sentences).encode("utf-8", "replace")
+            text = "".join(s + "\n" for s in sentences)
+            data = text.encode("utf-8", "replace")
             split.corpus_bytes += len(data)
             split.corpus_documents += 1
             bar.update(len(data))
@@ -251,7 +257,11 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
                 if heldout_bytes < config.heldout_max_bytes:
                     heldout.write(data)
                     heldout_bytes += len(data)
-            elif sampler is not None:
+                continue
+            kept = long_words.filter(text)
+            if kept is not text:
+                data = kept.encode("utf-8", "replace")
+            if sampler is not None:
                 sampler.add(data, int.from_bytes(digest[8:], "little"))
             else:
                 train.write(data)
@@ -263,7 +273,9 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
         raise BertprepError("the corpus is empty: no documents to train on")
     if split.train_bytes == 0:
         # A tiny corpus whose every document hashed into the held-out slice.
-        split.train_path, split.train_bytes = heldout_path, heldout_bytes
+        kept = long_words.filter(heldout_path.read_text(encoding="utf-8")).encode("utf-8")
+        train_path.write_bytes(kept)
+        split.train_path, split.train_bytes = train_path, len(kept)
         split.train_documents, split.heldout_documents = split.heldout_documents, 0
         split.measured_on = "training"
         split.warnings.append("every document fell in the held-out slice: trained on all of them, "
@@ -402,7 +414,7 @@ def _run_trainer(train_path, config, alphabet, continuing, normalizer, pre_token
         show_progress=progress and sys.stderr.isatty(),
         special_tokens=initial, limit_alphabet=0, continuing_subword_prefix="##",
     )
-    tokenizer.train([str(train_path)], trainer)
+    train_interruptibly(tokenizer, [str(train_path)], trainer)
     token_to_id = tokenizer.get_vocab(with_added_tokens=False)
     vocab = sorted(token_to_id, key=token_to_id.__getitem__)
     if vocab[:len(initial)] != initial or [token_to_id[t] for t in vocab] != list(range(len(vocab))):
