@@ -11,7 +11,9 @@ from bertprep.cli import main
 from bertprep.cli_options import parse_size, size_text
 from bertprep.corpus import format_size
 from bertprep.masking import MaskingConfig, cap_warnings
-from shard_fixtures import read_rows, write_corpus, write_vocab
+from shard_fixtures import SHARED_DATA, read_rows, write_corpus, write_vocab
+
+WIKITEXT = SHARED_DATA / "wikitext-2-raw-train-head.txt"
 
 
 @pytest.fixture
@@ -109,3 +111,14 @@ def test_size_defaults_show_as_sizes():
     assert " ".join(result.stdout.split()).count("partition. Changes the output. [default: 8MiB]") == 1
     for n_bytes, text in [(8 * 2**20, "8MiB"), (500 * 10**6, "500MB"), (3 * 2**30, "3GiB"), (1234, "1234"), (10**3, "1KB")]:
         assert size_text(n_bytes) == text and parse_size(text) == n_bytes
+
+
+@pytest.mark.skipif(not WIKITEXT.is_file(), reason=f"shared data not found at {SHARED_DATA}")
+def test_raw_wikitext_read_by_lines_is_told_to_split(tmp_path):
+    # Raw WikiText holds a paragraph per line: read as a sentence per line, most chunks
+    # are one long "sentence", so most B segments are random.
+    result = build_cli(tmp_path, WIKITEXT, tokenizer=SHARED_DATA / "bert-base-uncased-vocab.txt")
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert "NSP random B 0.8" in warning
+    assert warning.endswith("if a line holds a whole paragraph, use --sentences split")
