@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,8 @@ def wandb_records(path: Path):
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos:pos + header])
+        if pos + header + length > len(data):  # still being written
+            break
         chunk, pos = data[pos + header:pos + header + length], pos + header + length
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind in (1, 4):
@@ -138,9 +141,20 @@ def wandb_records(path: Path):
             yield record
 
 
+def finished_records(run_file: Path, timeout: float = 30.0) -> list:
+    """W&B's service process writes the file after run.finish() returns (it is flushed for
+    sure when the process exits): wait for the closing "exit" record."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = list(wandb_records(run_file))
+        if (records and records[-1].WhichOneof("record_type") == "exit") or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
+
+
 def wandb_history(run_file: Path) -> tuple[dict, dict[str, list[tuple[int, float]]]]:
     config, history = {}, {}
-    for record in wandb_records(run_file):
+    for record in finished_records(run_file):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             config.update({i.key: json.loads(i.value_json) for i in record.run.config.update})
@@ -159,6 +173,9 @@ def test_wandb_offline_run_holds_the_config_and_the_metrics(tmp_path, monkeypatc
     config = {"preset": "tiny", "lr": 0.001, "data": [str(tmp_path / "shards")], "out": tmp_path / "run"}
     run = tmp_path / "run"
     for session, steps in enumerate((range(1, 6), range(6, 9))):
+        # W&B names an offline run's folder by the second it started: a second session
+        # within the same second would share the first one's folder.
+        time.sleep(1.05 - time.time() % 1 if session else 0)
         with open_reporters(["wandb"], run, config, resume_step=steps[0] - 1) as reporters:
             for step in steps:
                 reporters.log({"step": step, "loss": 10.0 - step, "lr": 0.001})
