@@ -1,4 +1,4 @@
-"""The `bertmodel` command line: pretrain, export-hf, fill-mask. A thin layer over the
+"""The `bertmodel` command line: pretrain, finetune, evaluate, predict, export-hf, fill-mask, plot. A thin layer over the
 library: parse options, build a config, call one function, print a summary. Library
 errors (`BertmodelError`) become one-line `click.ClickException`s here."""
 from __future__ import annotations
@@ -213,6 +213,13 @@ def plot_command(runs, out, overwrite):
     path = plot_runs(list(runs), out, overwrite=overwrite)
     click.echo(f"wrote {path} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
 
+
+def _register_commands() -> None:
+    # Command groups in modules of their own register themselves on `main`.
+    from bertmodel import cli_finetune  # noqa: F401  finetune classify|qa, evaluate, predict
+
+
+_register_commands()
 
 if __name__ == "__main__":
     main()

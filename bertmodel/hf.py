@@ -76,8 +76,11 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
 
 
+TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (transformers ignores it)
+
+
 def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: BertConfig | None = None,
-              architecture: str | None = None, head_config: dict | None = None) -> Path:
+              architecture: str | None = None, head_config: dict | None = None, task: dict | None = None) -> Path:
     """Write a Hugging Face directory of the head's class, atomically (tmp dir + rename).
 
     source: a checkpoint dict (ours), a RUN or checkpoint dir, an HF dir, or a model.
@@ -90,7 +93,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: B
     elif isinstance(source, dict):
         state_dict = source["model"]
         config = config or BertConfig.from_dict(source["config"])
-        task = source.get("task") or {}
+        task = task or source.get("task") or {}
         architecture = architecture or task.get("architecture")
         head_config = head_config if head_config is not None else task.get("hf_config")
     else:
@@ -114,6 +117,8 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: B
             hf_config["pad_token_id"] = tokenizer.special_ids.get("pad", config.pad_token_id)
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
+        if task:
+            (tmp / TASK_FILE).write_text(json.dumps(task, indent=2, sort_keys=True) + "\n")
     except BaseException as exc:
         full = is_disk_full(out_dir.parent, exc)
         shutil.rmtree(tmp, ignore_errors=True)  # never leave half an export behind
@@ -226,8 +231,10 @@ def load_pretrained(path) -> Pretrained:
         sd = complete_state_dict(_hf_state_dict(path))
         tok = tokenizer_info(path) if _has_tokenizer(path) else None
         arch = _architecture(config, sd, path)
-        return Pretrained(cfg, sd, tok, path, architecture=arch, head={"hf_config": _hf_head(config, arch),
-                                                                      **_hf_head(config, arch)})
+        head = {"hf_config": _hf_head(config, arch), **_hf_head(config, arch)}
+        if (path / TASK_FILE).is_file():  # one of our exports: the task's own settings
+            head.update(json.loads((path / TASK_FILE).read_text()))
+        return Pretrained(cfg, sd, tok, path, architecture=arch, head=head)
     raise BertmodelError(f"{path}: not a run, checkpoint or Hugging Face model directory")
 
 

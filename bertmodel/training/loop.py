@@ -180,7 +180,7 @@ class Trainer:
     def _export(self, source) -> None:
         state = self.task.state()
         export_hf(source, self.run / "hf", tokenizer=self.task.tokenizer, config=self.config,
-                  architecture=state["architecture"], head_config=state.get("hf_config"))
+                  architecture=state["architecture"], head_config=state.get("hf_config"), task=state)
 
     def save(self) -> None:
         """Every rank contributes its RNG state; rank 0 writes step-N/ (and RUN/hf/ when

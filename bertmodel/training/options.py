@@ -52,7 +52,7 @@ class LoopConfig:
 
     def __post_init__(self):
         for name in ("batch_size", "grad_accum", "max_steps", "save_every", "keep_last", "log_every",
-                     "max_bad_steps"):
+                     "max_bad_steps"):  # max_steps / save_every may wait for the data (finetune)
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise BertmodelError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.precision not in (None, "bf16", "fp32"):

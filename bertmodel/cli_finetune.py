@@ -1,0 +1,238 @@
+"""`bertmodel finetune classify|qa`, `evaluate` and `predict`: parse options, build a
+FinetuneConfig, call one library function (finetune.py, evaluation.py), print a summary."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import click
+
+from bertmodel.cli import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
+from bertmodel.finetune import FinetuneConfig
+from bertprep.clikit import OneLineErrors, user_errors
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+
+
+def _opt(name: str, defaults: bool = True, **kwargs):
+    """An option whose default comes from FinetuneConfig (defaults are defined once);
+    defaults=False: no default (evaluate falls back on the run's own options)."""
+    field = name.lstrip("-").replace("-", "_")
+    if defaults and field in _DEFAULTS and "default" not in kwargs and not kwargs.get("is_flag"):
+        default = _DEFAULTS[field]
+        if default is not dataclasses.MISSING and default is not None:
+            kwargs["default"] = default
+            kwargs.setdefault("show_default", True)
+    return click.option(name, **kwargs)
+
+
+def data_options(fn=None, defaults: bool = True):
+    """Where the examples come from (shared by finetune and evaluate)."""
+    if fn is None:
+        return lambda f: data_options(f, defaults)
+    _opt = functools.partial(_opt_default, defaults=defaults)
+    for deco in reversed([
+        _opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
+        _opt("--dataset-config", help="The dataset's configuration (e.g. glue's 'rte')."),
+        _opt("--train-split", help="Split to train on (datasets and DatasetDict dirs)."),
+        _opt("--validation-split", help="Split to evaluate on."),
+        _opt("--text-column", help="Column holding the text (classify)."),
+        _opt("--text-pair-column", help="Column holding the second text of a pair (classify)."),
+        _opt("--label-column", help="Column holding the label (classify)."),
+        click.option("--no-header", is_flag=True, help="TSV/CSV without a header: columns are 0-based indices."),
+        _opt("--max-seq-length", type=click.IntRange(min=8), help="Tokens per example/window [default: 128; "
+             "384 for qa]."),
+        _opt("--doc-stride", type=click.IntRange(min=1), help="Step between context windows (qa)."),
+        _opt("--max-query-length", type=click.IntRange(min=1), help="Question tokens kept (qa)."),
+        click.option("--version-2", is_flag=True, default=None, help="SQuAD v2.0: questions may have no answer (qa)."),
+        _opt("--null-threshold", type=float, help="v2: predict no answer when null score - best span > this."),
+        _opt("--n-best", type=click.IntRange(min=1), help="Candidate answers kept per question (qa)."),
+        _opt("--max-answer-length", type=click.IntRange(min=1), help="Longest answer in tokens (qa)."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+_opt_default = _opt
+
+
+def training_options(fn):
+    for deco in reversed([
+        click.option("--model", required=True, type=EXISTING, help="The BERT to start from: our run/checkpoint or "
+                     "a transformers dir (BertModel, BertForPreTraining, ...)."),
+        click.option("--train", type=EXISTING, help="Training file (or save_to_disk dir)."),
+        click.option("--validation", type=EXISTING, help="Validation file, evaluated every epoch."),
+        click.option("--out", required=True, type=click.Path(file_okay=False),
+                     help="Run directory; rerunning the same command resumes there."),
+        _opt("--epochs", type=click.FloatRange(min=0, min_open=True), help="Passes over the training data."),
+        _opt("--batch-size", type=click.IntRange(min=1), help="Micro-batch per device."),
+        _opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass in evaluation."),
+        _opt("--grad-accum", type=click.IntRange(min=1), help="Micro-batches per optimizer step."),
+        _opt("--lr", type=click.FloatRange(min=0, min_open=True), help="Peak learning rate."),
+        _opt("--warmup-ratio", type=click.FloatRange(0, 1), help="Warmup as a fraction of the steps."),
+        _opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm)."),
+        _opt("--max-steps", type=click.IntRange(min=1), help="Stop after N steps [default: epochs x steps per epoch]."),
+        _opt("--seed", type=int, help="Seed of the new head, dropout and data order (CPU runs repeat exactly)."),
+        _opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available."),
+        _opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: every epoch)."),
+        _opt("--save-every", type=click.IntRange(min=1), help="Checkpoint every N steps [default: every epoch]."),
+        _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
+        _opt("--metric-for-best", help="Eval metric picking the model kept in RUN/hf [default: accuracy; pearson "
+             "for regression; f1 for qa]."),
+        _opt("--num-labels", type=click.IntRange(min=1), help="Classes (1 = regression) [default: from the data]."),
+        _opt("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the model dir carries none."),
+        click.option("--allow-changed-options", is_flag=True, help="On resume, continue with changed options (logged)."),
+        click.option("--report-to", multiple=True, type=click.Choice(["none", "tensorboard", "wandb"]),
+                     help="Also send metrics to TensorBoard or W&B; repeatable."),
+        click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+@main.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
+def finetune():
+    """Fine-tune a BERT: sequence classification/regression or extractive QA.
+
+    \b
+    Example:
+      bertmodel finetune classify --model bert/ --train train.tsv --validation dev.tsv --out run/
+      bertmodel finetune qa --model bert/ --train train-v1.1.json --validation dev-v1.1.json --out qa-run/
+    """
+
+
+def _run(task: str, options: dict) -> None:
+    from bertmodel.finetune import finetune as run_finetune
+
+    options = {k: v for k, v in options.items() if v is not None}
+    options["report_to"] = list(options.get("report_to", ()))
+    last = run_finetune(FinetuneConfig(task=task, **options))
+    keys = ("step", "loss", "accuracy", "eval_accuracy", "eval_macro_f1", "eval_mcc", "eval_pearson",
+            "eval_spearman", "eval_exact_match", "eval_f1")
+    finish_run(options["out"], last, keys)
+
+
+@finetune.command("classify", context_settings=CONTEXT_SETTINGS)
+@training_options
+@data_options
+@user_errors
+def classify(**options):
+    """Fine-tune [CLS] -> linear for classification (or regression with --num-labels 1).
+
+    Data: TSV/CSV with a header (GLUE's layout), JSONL, Parquet, a save_to_disk dir or
+    --dataset NAME. Pairs go in as [CLS] A [SEP] B [SEP] with --text-pair-column.
+    RUN/hf is a transformers BertForSequenceClassification dir (the best model).
+
+    \b
+    Example:
+      bertmodel finetune classify --model bert/ --train RTE/train.tsv --validation RTE/dev.tsv \\
+          --text-column sentence1 --text-pair-column sentence2 --label-column label --out rte/
+    """
+    _run("classify", options)
+
+
+@finetune.command("qa", context_settings=CONTEXT_SETTINGS)
+@training_options
+@data_options
+@user_errors
+def qa(**options):
+    """Fine-tune start/end scores per token for extractive question answering.
+
+    Data: SQuAD v1.1/v2.0 JSON, JSONL or a dataset in the squad column layout. Long
+    contexts are cut into windows (--max-seq-length, --doc-stride); evaluation uses the
+    official SQuAD metric. RUN/hf is a transformers BertForQuestionAnswering dir.
+
+    \b
+    Example:
+      bertmodel finetune qa --model bert/ --train train-v1.1.json --validation dev-v1.1.json --out qa/
+    """
+    _run("qa", options)
+
+
+@main.command("evaluate", context_settings=CONTEXT_SETTINGS)
+@click.argument("run", type=EXISTING)
+@click.option("--data", type=EXISTING, help="Data to evaluate on [default: the run's validation data].")
+@click.option("--out", type=click.Path(file_okay=False), help="Where predictions go [default: RUN].")
+@_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
+@_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
+@data_options(defaults=False)
+@user_errors
+def evaluate(run, data, out, device, **options):
+    """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
+    its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
+
+    \b
+    Example:
+      bertmodel evaluate rte/ --data RTE/dev.tsv
+    """
+    from bertmodel.evaluation import evaluate_model
+
+    if data:
+        options["validation"] = data
+        options["dataset"] = None
+    metrics, paths = evaluate_model(run, options, out_dir=out, device=device)
+    click.echo(json.dumps(metrics, sort_keys=True))
+    click.echo(f"predictions: {', '.join(map(str, paths))}", err=True)
+
+
+@main.command("predict", context_settings=CONTEXT_SETTINGS)
+@click.argument("run", type=EXISTING)
+@click.argument("texts", nargs=-1)
+@click.option("--pair", "pairs", multiple=True, help="Second text of each pair, in order (classify).")
+@click.option("--file", "file", type=EXISTING, help="JSONL of {\"text\": ...[, \"text_pair\": ...]}; JSONL out.")
+@click.option("--question", help="A question (QA models).")
+@click.option("--context", help="The context to find its answer in (QA models).")
+@_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
+@user_errors
+def predict(run, texts, pairs, file, question, context, device):
+    """Labels with probabilities for texts, or the answer to --question in --context.
+
+    \b
+    Example:
+      bertmodel predict rte/ "The cat sat." --pair "A cat was sitting."
+      bertmodel predict qa/ --question "Who wrote it?" --context "It was written by Ada."
+    """
+    from bertmodel.evaluation import predict_answers, predict_texts
+
+    if question or context:
+        if not (question and context):
+            raise click.UsageError("--question and --context go together")
+        for r in predict_answers(run, [question], [context], device=device):
+            click.echo(f"{r['answer']}\t{r['score']:.4f}")
+        return
+    records = None
+    if file:
+        records = _read_jsonl(file)
+        texts = [r["text"] for r in records]
+        pairs = [r["text_pair"] for r in records] if records and "text_pair" in records[0] else ()
+    if not texts:
+        raise click.UsageError("give texts, --file, or --question with --context")
+    if pairs and len(pairs) != len(texts):
+        raise click.UsageError(f"{len(pairs)} --pair for {len(texts)} texts")
+    results = predict_texts(run, list(texts), list(pairs) or None, device=device)
+    for r in results:
+        if records is not None:
+            click.echo(json.dumps(r, ensure_ascii=False))
+        elif "label" in r:
+            click.echo(f"{r['label']}\t{r['probability']:.4f}\t{r['text']}")
+        else:
+            click.echo(f"{r['prediction']:.4f}\t{r['text']}")
+
+
+def _read_jsonl(path) -> list[dict]:
+    from bertmodel.errors import BertmodelError
+
+    records = []
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise BertmodelError(f"{path}: line {n} is not JSON ({exc})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise BertmodelError(f"{path}: line {n} has no \"text\" string")
+            records.append(record)
+    if not records:
+        raise BertmodelError(f"{path}: no records")
+    return records

@@ -1,0 +1,121 @@
+"""`finetune classify|qa`, `evaluate` and `predict`: a fine-tuning task
+(tasks/classification.py, tasks/qa.py) on the generic trainer (training/run.py).
+
+FinetuneConfig extends the loop's options with the data, the starting model and the
+task's settings; its defaults are the BERT paper's (lr 2e-5, batch 32, 3 epochs, warmup
+10%, weight decay 0.01, max length 128, or 384 for QA). The number of steps follows from
+the epochs; evaluation (and a checkpoint) comes once per epoch unless asked otherwise,
+and RUN/hf holds the best model by --metric-for-best (RUN/best.json says which step).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bertmodel.errors import BertmodelError
+from bertmodel.training.options import MEANINGFUL, LoopConfig
+from bertmodel.training.run import run_training
+
+DATA_OPTIONS = ("train", "validation", "dataset", "dataset_config", "train_split", "validation_split",
+                "text_column", "text_pair_column", "label_column", "no_header", "num_labels", "max_seq_length",
+                "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length")
+
+
+@dataclass(kw_only=True)
+class FinetuneConfig(LoopConfig):
+    task: str
+    """"classify" (sequence classification or regression) or "qa" (extractive QA)."""
+    model: str
+    """The BERT to start from: one of our runs/checkpoints or a transformers directory of any BERT head."""
+    train: str | None = None
+    """Training data: TSV/CSV/JSONL/Parquet/save_to_disk dir (classify), SQuAD JSON or JSONL (qa)."""
+    validation: str | None = None
+    dataset: str | None = None
+    """A Hugging Face dataset by name instead of files (with train_split / validation_split)."""
+    dataset_config: str | None = None
+    train_split: str | None = "train"
+    validation_split: str | None = "validation"
+    text_column: str = "sentence"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    no_header: bool = False
+    """TSV/CSV without a header line: columns are then 0-based indices (e.g. CoLA: text 3, label 1)."""
+    num_labels: int | None = None
+    """1 = regression (MSE); default: the distinct labels of the training data."""
+    max_seq_length: int | None = None  # 128 for classify, 384 for qa
+    doc_stride: int = 128
+    max_query_length: int = 64
+    version_2: bool = False
+    """SQuAD v2.0: questions may have no answer (null score vs best span)."""
+    null_threshold: float = 0.0
+    n_best: int = 20
+    max_answer_length: int = 30
+    epochs: float = 3.0
+    metric_for_best: str | None = None
+    """Metric that picks the model kept in RUN/hf (default accuracy, pearson for regression, f1 for qa)."""
+    tokenizer: str | None = None
+    """The tokenizer, when the model directory carries none."""
+    eval_batch_size: int = 64
+    # The BERT paper's fine-tuning defaults (Devlin et al. 2019, appendix A.3).
+    lr: float = 2e-5
+    batch_size: int = 32
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_steps: int | None = None
+    """Default: epochs x steps per epoch."""
+    save_every: int | None = None
+    """Default: once per epoch."""
+    eval_every: int = 0
+    """0: once per epoch (and at the end)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.task not in ("classify", "qa"):
+            raise BertmodelError(f"unknown fine-tuning task {self.task!r}; choose classify or qa")
+        if self.max_seq_length is None:
+            self.max_seq_length = 384 if self.task == "qa" else 128
+        if self.epochs <= 0:
+            raise BertmodelError(f"epochs must be positive, got {self.epochs}")
+        if self.text_pair_column == "":
+            self.text_pair_column = None
+        if self.no_header:  # header-less files name their columns by index
+            for name in ("text_column", "text_pair_column", "label_column"):
+                value = getattr(self, name)
+                if isinstance(value, str) and value.isdigit():
+                    setattr(self, name, int(value))
+
+    def meaningful_options(self) -> tuple[str, ...]:
+        return MEANINGFUL + ("model", "max_seq_length", "epochs", "doc_stride", "max_query_length")
+
+    def data_options(self) -> dict:
+        return {name: getattr(self, name) for name in DATA_OPTIONS}
+
+    def fit_schedule(self, rows: int, world: int) -> None:
+        """Steps from epochs, and per-epoch evaluation/checkpoints, once the data is known."""
+        per_epoch = max(1, math.ceil(rows / (self.batch_size * self.grad_accum * world)))
+        if self.max_steps is None:
+            self.max_steps = max(1, math.ceil(per_epoch * self.epochs))
+        if not self.eval_every:
+            self.eval_every = per_epoch
+        if self.save_every is None:
+            self.save_every = per_epoch
+
+
+def make_task(cfg: FinetuneConfig, d, log):
+    if cfg.task == "qa":
+        from bertmodel.tasks.qa import QATask
+
+        task = QATask(cfg, d, log)
+    else:
+        from bertmodel.tasks.classification import ClassificationTask
+
+        task = ClassificationTask(cfg, d, log)
+    cfg.fit_schedule(len(task.train_set), d.world)
+    return task
+
+
+def finetune(cfg: FinetuneConfig, log=None) -> dict:
+    """Fine-tune (or resume) into cfg.out. Returns the last logged metrics."""
+    from tqdm import tqdm
+
+    return run_training(cfg, lambda d, log: make_task(cfg, d, log), log or tqdm.write)

@@ -1,0 +1,196 @@
+"""Sequence classification and regression: [CLS] -> pooler -> dropout -> linear
+(transformers' BertForSequenceClassification), on labelled text or text pairs.
+
+The label set and its order come from the training data (data/labels.py) and travel in
+the checkpoint and in config.json (id2label/label2id). Batches are padded to their
+longest row; the last layer computes only [CLS]. Metrics each evaluation: accuracy,
+macro-F1 and Matthews correlation (plus binary F1 for two classes), or Pearson/Spearman
+for regression, over the whole validation set.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bertmodel.config import BertConfig
+from bertmodel.data.classification import encode_examples, pad_batch
+from bertmodel.data.labels import LabelSpace
+from bertmodel.data.tables import LabelledTexts, read_hub_dataset, read_table
+from bertmodel.errors import BertmodelError
+from bertmodel.eval.classification import classification_metrics, json_ready, regression_metrics
+from bertmodel.model import BertForSequenceClassification
+from bertmodel.tasks.finetuning import (check_length, encoder_flops, forward_all, open_model, pad_multiple,
+                                        start_from, tokenizer_path)
+
+
+def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts | None:
+    """The train or validation split the options name (a file, a save_to_disk dir or a
+    hub dataset), or None when none is given."""
+    path = getattr(cfg, which)
+    columns = dict(text_column=cfg.text_column, text_pair_column=cfg.text_pair_column,
+                   label_column=cfg.label_column, labels_required=labels_required)
+    split = getattr(cfg, f"{which}_split")
+    if path:
+        return read_table(path, split=split, header=not cfg.no_header, **columns)
+    if cfg.dataset:
+        return read_hub_dataset(cfg.dataset, config=cfg.dataset_config, split=split, **columns)
+    return None
+
+
+class EncodedSet:
+    """Encoded rows + the padding policy: what the loader collates from."""
+
+    def __init__(self, encoded, pad_id: int, multiple: int):
+        self.encoded, self.pad_id, self.multiple = encoded, pad_id, multiple
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def collate(self, rows, max_len: int | None = None) -> dict[str, np.ndarray]:
+        return pad_batch(self.encoded, rows, self.pad_id, self.multiple)
+
+
+class ClassificationStats:
+    """Loss and correct predictions per logging interval, on the device."""
+
+    def __init__(self, device: torch.device, regression: bool):
+        self.regression = regression
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, micro-batches
+        self.samples = 0
+
+    @torch.no_grad()
+    def add(self, out, tensors: dict) -> None:
+        correct = (torch.zeros((), device=self.sums.device) if self.regression
+                   else (out.logits.argmax(-1) == tensors["labels"]).sum())
+        self.sums += torch.stack([out.loss.detach().double(), correct.double(),
+                                  torch.ones((), dtype=torch.float64, device=self.sums.device)])
+        self.samples += tensors["labels"].numel()
+
+    def totals(self) -> torch.Tensor:
+        return torch.cat([self.sums, torch.tensor([self.samples], dtype=torch.float64, device=self.sums.device)])
+
+    def summarize(self, totals: torch.Tensor) -> dict:
+        loss, correct, n, samples = totals.tolist()
+        summary = {"loss": loss / max(1.0, n)}
+        if not self.regression:
+            summary["accuracy"] = correct / max(1.0, samples)
+        return summary
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.samples = 0
+
+
+class ClassificationTask:
+    name = "classification"
+    architecture = "BertForSequenceClassification"
+
+    def __init__(self, cfg, d, log, label_space: LabelSpace | None = None):
+        """label_space given (a trained model's): evaluation only, no training data read."""
+        self.cfg, self.d, self.log = cfg, d, log
+        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
+        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
+        self.tok = tokenizer_path(self.tokenizer)
+        self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+        train = None
+        if label_space is None:
+            train = read_split(cfg, "train")
+            if train is None:
+                raise BertmodelError("give the training data: --train FILE or --dataset NAME")
+            label_space = LabelSpace.from_labels(train, cfg.num_labels)
+            encoded = encode_examples(self.tok, train, label_space, cfg.max_seq_length)
+            self.train_set = EncodedSet(encoded, self.pad, self.multiple)
+        self.labels = label_space
+        validation = read_split(cfg, "validation", labels_required=train is not None)
+        self.validation_texts = validation
+        self.validation = None
+        if validation is not None:
+            self.validation = EncodedSet(encode_examples(self.tok, validation, self.labels if validation.labels
+                                                         is not None else None, cfg.max_seq_length),
+                                         self.pad, self.multiple)
+        if train is not None:
+            kinds = "regression" if label_space.regression else f"{label_space.num_labels} labels"
+            log(f"train: {len(train):,} examples from {train.source} ({kinds}; {encoded.truncated:,} truncated to "
+                f"{cfg.max_seq_length} tokens)" + (f"; validation: {len(validation):,} from {validation.source}"
+                                                   if validation is not None else ""))
+        default = "pearson" if self.labels.regression else "accuracy"
+        self.best_metric = (cfg.metric_for_best or default, (cfg.metric_for_best or default) not in ("loss", "mse"))
+
+    @property
+    def has_eval(self) -> bool:
+        return self.validation is not None
+
+    # -- the model -------------------------------------------------------------------
+    def fresh_model(self, log) -> BertForSequenceClassification:
+        return start_from(BertForSequenceClassification, self.pre, log, num_labels=self.labels.num_labels)
+
+    def model_for_checkpoint(self, resume: dict) -> BertForSequenceClassification:
+        model = BertForSequenceClassification(BertConfig.from_dict(resume["config"]), self.labels.num_labels)
+        model.load_state_dict(resume["model"])
+        return model
+
+    # -- per step ----------------------------------------------------------------------
+    def new_stats(self, device: torch.device) -> ClassificationStats:
+        return ClassificationStats(device, self.labels.regression)
+
+    def flops(self, config: BertConfig, tensors: dict) -> float:
+        B, T = tensors["input_ids"].shape
+        head = 6 * B * (config.hidden_size ** 2 + config.hidden_size * self.labels.num_labels)
+        return encoder_flops(config, B, T, last_layer_rows=1) + head
+
+    def predict(self, model, data: EncodedSet, device, autocast, batch_size: int) -> np.ndarray:
+        """Logits (N, C) for every row of `data`, in order."""
+        parts = [out.logits.float().cpu().numpy()
+                 for _, out in forward_all(model, len(data), lambda rows: _no_labels(data.collate(rows)),
+                                           batch_size, device, autocast)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.labels.num_labels), np.float32)
+
+    def scores(self, logits: np.ndarray, labels: np.ndarray) -> dict:
+        if self.labels.regression:
+            return json_ready(regression_metrics(logits[:, 0], labels))
+        loss = float(torch.nn.functional.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels).long()))
+        return json_ready({**classification_metrics(logits.argmax(-1), labels, self.labels.num_labels),
+                           "loss": loss})
+
+    def evaluate(self, model, d, autocast, logits: np.ndarray | None = None) -> dict:
+        """The task's metrics over the whole validation set (every rank computes them
+        alike, so the best-model decision agrees across ranks)."""
+        if logits is None:
+            logits = self.predict(model, self.validation, d.device, autocast, self.cfg.eval_batch_size)
+        return {f"eval_{k}": v for k, v in self.scores(logits, self.validation.encoded.labels).items()}
+
+    def prediction_records(self, logits: np.ndarray) -> list[dict]:
+        """One record per validation row: the text(s), the predicted label, its probability
+        (or the predicted value, for regression) and the gold label when known."""
+        data = self.validation_texts
+        records = []
+        if self.labels.regression:
+            values = logits[:, 0].tolist()
+        else:
+            probs = torch.softmax(torch.from_numpy(logits).double(), -1).numpy()
+            ids = probs.argmax(-1)
+            names = self.labels.decode(ids.tolist())
+        for i in range(len(data)):
+            record = {"text": data.texts[i]}
+            if data.pairs is not None:
+                record["text_pair"] = data.pairs[i]
+            if self.labels.regression:
+                record["prediction"] = values[i]
+            else:
+                record["label"], record["probability"] = names[i], float(probs[i, ids[i]])
+            if data.labels is not None:
+                record["gold"] = data.labels[i]
+            records.append(record)
+        return records
+
+    def state(self) -> dict:
+        labels = self.labels
+        return {"name": self.name, "architecture": self.architecture, "label_space": labels.to_dict(),
+                "hf_config": {"num_labels": labels.num_labels, "id2label": labels.id2label(),
+                              "label2id": labels.label2id(), "problem_type": labels.problem_type},
+                "options": self.cfg.data_options()}
+
+
+def _no_labels(batch: dict) -> dict:
+    batch.pop("labels", None)
+    return batch

@@ -1,0 +1,90 @@
+"""What the fine-tuning tasks share: the starting model (any BERT: one of our runs or
+checkpoints, or a transformers directory of any head), its tokenizer, the batch
+padding policy, whole-set evaluation in fixed order, and FLOPs of an encoder pass.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertmodel.config import BertConfig
+from bertmodel.data.shards import TokenizerInfo, tokenizer_info
+from bertmodel.errors import BertmodelError
+from bertmodel.hf import Pretrained, load_into, load_pretrained
+
+
+def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, TokenizerInfo]:
+    """The pretrained model a fine-tuning run starts from, and the tokenizer to use."""
+    pre = load_pretrained(model)
+    tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
+    if tok is None:
+        raise BertmodelError(f"{model}: no tokenizer files (vocab.txt or tokenizer.json) stored with it; "
+                             "pass --tokenizer")
+    if tok.vocab_size != pre.config.vocab_size:
+        raise BertmodelError(f"{model}: the model has {pre.config.vocab_size:,} word embeddings but the tokenizer "
+                             f"{tok.vocab_size:,} entries; pass the model's own tokenizer")
+    return pre, tok
+
+
+def tokenizer_path(tok: TokenizerInfo) -> Path:
+    """A path bertprep's loader reads for this tokenizer (the directory when it holds
+    tokenizer_config.json, so lower-casing is read from it)."""
+    for name in ("tokenizer.json", "vocab.txt"):
+        if name in tok.files:
+            path = Path(tok.files[name])
+            return path.parent if "tokenizer_config.json" in tok.files else path
+    raise BertmodelError("the tokenizer has no vocab.txt or tokenizer.json")
+
+
+def check_length(max_seq_length: int, config: BertConfig, source) -> None:
+    if max_seq_length > config.max_position_embeddings:
+        raise BertmodelError(f"--max-seq-length {max_seq_length} is longer than {source}'s "
+                             f"{config.max_position_embeddings} positions")
+
+
+def start_from(model_cls, pre: Pretrained, log, **head) -> torch.nn.Module:
+    """A head model with the pretrained encoder (and head, where the source has the
+    same one); what was initialised anew or left out is logged."""
+    model = model_cls(pre.config, **head)
+    for note in load_into(model, pre):
+        log(note)
+    log(f"initialised from {pre.source} ({pre.architecture})")
+    return model
+
+
+def pad_multiple(device: torch.device) -> int:
+    # Multiples of 8 feed tensor cores on CUDA; on a CPU every padded column is wasted work.
+    return 8 if device.type == "cuda" else 1
+
+
+def encoder_flops(config: BertConfig, batch: int, seq_len: int, last_layer_rows: int | None = None) -> float:
+    """Training FLOPs (6 per MAC: forward + backward) of the encoder on (batch, seq_len),
+    where the last layer computes only `last_layer_rows` rows when given (its keys and
+    values still cover every token)."""
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = batch * seq_len
+    full_layer = (4 * H * H + 2 * H * I) * tokens + 2 * H * seq_len * tokens  # weights + QK^T, AV
+    if last_layer_rows is None:
+        return 6 * L * full_layer
+    rows = batch * last_layer_rows
+    last = 2 * H * H * tokens + (2 * H * H + 2 * H * I) * rows + 2 * H * seq_len * rows
+    return 6 * ((L - 1) * full_layer + last)
+
+
+@torch.no_grad()
+def forward_all(model, count: int, batch_of, batch_size: int, device: torch.device, autocast):
+    """Run `model` over rows 0..count-1 in order, dropout off; yields (rows, output)."""
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, count, batch_size):
+            rows = np.arange(start, min(start + batch_size, count))
+            arrays = batch_of(rows)
+            tensors = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
+            with autocast:
+                out = model(**tensors)
+            yield rows, out
+    finally:
+        model.train(was_training)

@@ -1,0 +1,170 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0): the question is segment A, a
+window of the context segment B, and qa_outputs scores each token as the answer's start
+and end (transformers' BertForQuestionAnswering).
+
+Windows, labels and max-context bookkeeping: data/qa_features.py; decoding n-best
+spans back to the exact characters of the context: data/qa_decode.py; the official
+metric: eval/squad_metric.py. Every evaluation decodes the whole validation set.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertmodel.config import BertConfig
+from bertmodel.data.qa_decode import decode_predictions, write_nbest_predictions, write_predictions
+from bertmodel.data.qa_features import QAFeatures, prepare_qa_features
+from bertmodel.data.squad import read_squad
+from bertmodel.errors import BertmodelError
+from bertmodel.eval.squad_metric import squad_metric
+from bertmodel.model import BertForQuestionAnswering
+from bertmodel.tasks.finetuning import (check_length, encoder_flops, forward_all, open_model, pad_multiple,
+                                        start_from, tokenizer_path)
+
+
+def read_examples(cfg, which: str):
+    path = getattr(cfg, which)
+    split = getattr(cfg, f"{which}_split")
+    if path:
+        return read_squad(path, split=split)
+    if cfg.dataset:
+        return read_squad(cfg.dataset, config=cfg.dataset_config, split=split)
+    return None
+
+
+class WindowSet:
+    """QA windows + the padding policy: what the loader collates from."""
+
+    def __init__(self, features: QAFeatures, pad_id: int, multiple: int):
+        self.features, self.pad_id, self.multiple = features, pad_id, multiple
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def collate(self, rows, max_len: int | None = None) -> dict[str, np.ndarray]:
+        batch = self.features.padded(rows, self.pad_id, self.multiple)
+        if self.features.start_positions is not None:
+            batch["start_positions"] = self.features.start_positions[rows].astype(np.int64)
+            batch["end_positions"] = self.features.end_positions[rows].astype(np.int64)
+        return batch
+
+
+class QAStats:
+    """Loss and exact start/end hits per logging interval."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, both-correct, micro-batches
+        self.samples = 0
+
+    @torch.no_grad()
+    def add(self, out, tensors: dict) -> None:
+        hit = ((out.start_logits.argmax(-1) == tensors["start_positions"])
+               & (out.end_logits.argmax(-1) == tensors["end_positions"])).sum()
+        self.sums += torch.stack([out.loss.detach().double(), hit.double(),
+                                  torch.ones((), dtype=torch.float64, device=self.sums.device)])
+        self.samples += tensors["start_positions"].numel()
+
+    def totals(self) -> torch.Tensor:
+        return torch.cat([self.sums, torch.tensor([self.samples], dtype=torch.float64, device=self.sums.device)])
+
+    def summarize(self, totals: torch.Tensor) -> dict:
+        loss, hits, n, samples = totals.tolist()
+        return {"loss": loss / max(1.0, n), "span_acc": hits / max(1.0, samples)}
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.samples = 0
+
+
+class QATask:
+    name = "qa"
+    architecture = "BertForQuestionAnswering"
+
+    def __init__(self, cfg, d, log, evaluation_only: bool = False):
+        """evaluation_only: no training data read (for `bertmodel evaluate`)."""
+        self.cfg, self.d, self.log = cfg, d, log
+        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
+        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
+        self.tok = tokenizer_path(self.tokenizer)
+        pad = self.tokenizer.special_ids.get("pad", 0)
+        multiple = pad_multiple(d.device)
+        self.validation = read_examples(cfg, "validation")
+        self.validation_windows = None
+        if self.validation is not None:
+            self.validation_windows = WindowSet(self._features(self.validation, training=False), pad, multiple)
+        self.best_metric = (cfg.metric_for_best or "f1", (cfg.metric_for_best or "f1") != "loss")
+        if evaluation_only:
+            return
+        train = read_examples(cfg, "train")
+        if train is None:
+            raise BertmodelError("give the training data: --train FILE or --dataset NAME")
+        if not cfg.version_2 and (impossible := [e for e in train if e.is_impossible]):
+            raise BertmodelError(f"{impossible[0].source}: question {impossible[0].id} has no answer (SQuAD v2.0 "
+                                 f"data, {len(impossible):,} such questions); pass --version-2")
+        features = self._features(train, training=True)
+        for skipped in features.skipped[:5]:
+            log(f"warning: {skipped.message()}; skipped")
+        self.skipped = len(features.skipped)
+        self.train_set = WindowSet(features, pad, multiple)
+        log(f"train: {len(train):,} questions, {len(features):,} windows of up to {cfg.max_seq_length} tokens"
+            + (f" ({self.skipped:,} skipped: answer_start does not point at the answer)" if self.skipped else "")
+            + (f"; validation: {len(self.validation):,} questions" if self.validation is not None else ""))
+
+    def _features(self, examples, training: bool) -> QAFeatures:
+        cfg = self.cfg
+        return prepare_qa_features(examples, self.tok, max_seq_length=cfg.max_seq_length, doc_stride=cfg.doc_stride,
+                                   max_query_length=cfg.max_query_length, training=training)
+
+    @property
+    def has_eval(self) -> bool:
+        return self.validation is not None
+
+    def fresh_model(self, log) -> BertForQuestionAnswering:
+        return start_from(BertForQuestionAnswering, self.pre, log)
+
+    def model_for_checkpoint(self, resume: dict) -> BertForQuestionAnswering:
+        model = BertForQuestionAnswering(BertConfig.from_dict(resume["config"]))
+        model.load_state_dict(resume["model"])
+        return model
+
+    def new_stats(self, device: torch.device) -> QAStats:
+        return QAStats(device)
+
+    def flops(self, config: BertConfig, tensors: dict) -> float:
+        B, T = tensors["input_ids"].shape
+        return encoder_flops(config, B, T) + 6 * B * T * config.hidden_size * 2
+
+    def predict(self, model, examples, windows: WindowSet, device, autocast, batch_size: int):
+        """(predictions {id: text}, nbest {id: [...]}) for `examples` from their windows."""
+        starts, ends = [], []
+        lengths = windows.features.lengths
+        for rows, out in forward_all(model, len(windows), windows.collate, batch_size, device, autocast):
+            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            for i, row in enumerate(rows):
+                starts.append(s[i, :lengths[row]])
+                ends.append(e[i, :lengths[row]])
+        cfg = self.cfg
+        return decode_predictions(examples, windows.features, starts, ends, n_best=cfg.n_best,
+                                  max_answer_length=cfg.max_answer_length, version_2=cfg.version_2,
+                                  null_threshold=cfg.null_threshold)
+
+    def evaluate(self, model, d, autocast) -> dict:
+        predictions, nbest = self.predict(model, self.validation, self.validation_windows, d.device, autocast,
+                                          self.cfg.eval_batch_size)
+        self.last_predictions = (predictions, nbest)  # for `bertmodel evaluate` to write
+        scores = squad_metric(self.validation, predictions, version_2=self.cfg.version_2)
+        return {f"eval_{k}": v for k, v in scores.items() if isinstance(v, float)}
+
+    def state(self) -> dict:
+        return {"name": self.name, "architecture": self.architecture, "hf_config": {},
+                "options": self.cfg.data_options()}
+
+
+def write_qa_outputs(out_dir: Path, predictions: dict, nbest: dict) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "predictions.json", out_dir / "nbest_predictions.json"]
+    write_predictions(paths[0], predictions)
+    write_nbest_predictions(paths[1], nbest)
+    return paths
