@@ -130,7 +130,7 @@ def wiki_to_reference_layout(paths, out: Path) -> Path:
 
 
 def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12345,
-                        max_seq_length: int = 128, max_predictions: int = 20) -> Path:
+                        max_seq_length: int = 128, max_predictions: int = 20, pairs: str = "nsp") -> Path:
     """Real shards of `corpus` (one path or a list) with `vocab`, built by
     `bertprep build-shards`; a failed build fails the test that asked for it."""
     out = Path(out)
@@ -138,7 +138,7 @@ def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12
     cmd = [sys.executable, "-c", "from bertprep.cli import main; main()", "build-shards", *corpus, "--tokenizer", str(vocab),
            "--out", str(out), "--dupe-factor", str(dupe_factor), "--seed", str(seed), "--quiet",
            "--max-seq-length", str(max_seq_length), "--max-predictions-per-seq", str(max_predictions),
-           "--cache-dir", str(out.parent / f".{out.name}-token-cache")]
+           "--pairs", pairs, "--cache-dir", str(out.parent / f".{out.name}-token-cache")]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0 or not (out / "manifest.json").exists():
         raise RuntimeError(f"bertprep build-shards failed ({done.returncode}): {done.stderr.strip()[-2000:]}")

@@ -30,7 +30,8 @@ pa.set_memory_pool(pa.system_memory_pool())
 from bertprep import schema
 from bertprep.atomic import atomic_output, sha256_file, write_bytes_atomic, write_json_atomic
 from bertprep.encoding import SentenceEncoder
-from bertprep.instances import PairConfig, build_pairs
+from bertprep.full_sentences import build_full_rows, document_starts
+from bertprep.instances import PairConfig, build_instances
 from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
 from bertprep.partitions import PartitionText, TokenCache, finish, tokenize_documents
 from bertprep.rows import build_rows
@@ -124,7 +125,7 @@ def pair_partition(ctx: TaskContext, partition: PartitionText) -> dict:
     chunks = {"chunks": 0, "single_sentence_chunks": 0}
     for dupe in range(ctx.dupe_factor):
         rng = random.Random(stream_seed(ctx.seed, "pairs", partition.index, dupe))
-        pairs = build_pairs(part, ctx.pairs, rng, chunks) if part.num_documents >= 2 else np.zeros((0, 5), np.int64)
+        pairs = build_instances(part, ctx.pairs, rng, chunks)
         passes[f"pass_{dupe}"] = pairs
         counts.append(len(pairs))
     _save_npz(_work(ctx, f"pairs-{partition.index:06d}.npz"), passes)
@@ -198,7 +199,11 @@ def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets
             dealt[rng.permutation(len(pairs))] = (pass_offsets[dupe] + np.arange(len(pairs))) % num_shards
             order = np.argsort(dealt, kind="stable")
             bounds = np.searchsorted(dealt[order], np.arange(num_shards + 1))
-            rows = build_rows(part.ids, pairs[order], tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
+            if ctx.pairs.kind == "none":
+                rows = build_full_rows(part.ids, pairs[order], document_starts(part), tok.special.cls,
+                                       tok.special.sep, id_dtype(tok.vocab_size))
+            else:
+                rows = build_rows(part.ids, pairs[order], tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
             masked = apply_masking(rows, ctx.masking, vocab, rng)
             _add_stats(stats, rows, masked)
             batch = _record_batch(rows, masked, tok.vocab_size)

@@ -32,10 +32,14 @@ from bertprep.errors import BertprepError
 A_START, A_LEN, B_START, B_LEN, IS_RANDOM = range(5)
 
 
+PAIRINGS = ("nsp", "sop", "none")  # next-sentence pairs, sentence-order pairs, FULL-SENTENCES rows
+
+
 @dataclass(frozen=True)
 class PairConfig:
     max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] never exceeds this
     short_seq_prob: float = 0.1  # chance a document's target length is drawn uniformly from [2, max]
+    kind: str = "nsp"  # one of PAIRINGS
 
     @property
     def max_num_tokens(self) -> int:
@@ -157,3 +161,65 @@ def _pairs_of_document(so, do, d, num_docs, max_tokens, short_seq_prob, rng, out
             out.append((a_start, new_a, b_start, new_b, is_random))
         i = next_i
     return chunks, singles
+
+
+def build_sop_pairs(part: TokenizedPartition, config: PairConfig, rng: random.Random,
+                    counts: dict | None = None) -> np.ndarray:
+    """Sentence-order pairs (ALBERT, Lan et al. 2020): the reference's chunks, A the first
+    sentences of a chunk and B the rest, swapped half the time (label 1 = swapped).
+
+    Deliberate differences from ALBERT's script: A and B are always contiguous: a
+    one-sentence chunk is split inside the sentence at a uniform token (ALBERT takes a
+    random B from another document there, labelled "swapped"); truncation cuts A only at
+    its front and B only at its back, so the pair stays adjacent text. Same
+    `(a_start, a_len, b_start, b_len, swapped)` descriptors as build_pairs."""
+    so = part.sentence_offsets.tolist()
+    do = part.document_offsets.tolist()
+    max_tokens = config.max_num_tokens
+    out: list[tuple[int, int, int, int, int]] = []
+    chunks = singles = 0
+    for d in range(part.num_documents):
+        first, end = do[d], do[d + 1]
+        target = _uniform_int(rng, 2, max_tokens) if rng.random() < config.short_seq_prob else max_tokens
+        i = first
+        while i < end:
+            j = min(bisect_left(so, so[i] + target, i + 1, end + 1), end) - 1
+            chunk_len = j - i + 1
+            chunks += 1
+            singles += chunk_len == 1
+            if chunk_len >= 2:
+                split = so[i + _uniform_int(rng, 1, chunk_len - 1)]
+            elif so[i + 1] - so[i] >= 2:
+                split = _uniform_int(rng, so[i] + 1, so[i + 1] - 1)
+            else:
+                i = j + 1
+                continue
+            a_start, b_stop = so[i], so[j + 1]
+            a_len, b_len = truncated_lengths(split - a_start, b_stop - split, max_tokens)
+            a_start = split - a_len  # A keeps its end, B its start: they stay adjacent
+            swapped = int(rng.random() < 0.5)
+            if a_len == 0 or b_len == 0:  # empty sentences: no pair to order
+                pass
+            elif swapped:
+                out.append((split, b_len, a_start, a_len, 1))
+            else:
+                out.append((a_start, a_len, split, b_len, 0))
+            i = j + 1
+    if counts is not None:
+        counts["chunks"] = counts.get("chunks", 0) + chunks
+        counts["single_sentence_chunks"] = counts.get("single_sentence_chunks", 0) + singles
+    return np.asarray(out, dtype=np.int64).reshape(-1, 5)
+
+
+def build_instances(part: TokenizedPartition, config: PairConfig, rng: random.Random,
+                    counts: dict | None = None) -> np.ndarray:
+    """The descriptors of one pass for the configured pairing (see PAIRINGS)."""
+    if config.kind == "sop":
+        return build_sop_pairs(part, config, rng, counts)
+    if config.kind == "none":
+        from bertprep.full_sentences import pack_full_sentences
+
+        return pack_full_sentences(part, config.max_seq_length)
+    if part.num_documents < 2:  # NSP's random B needs another document
+        return np.zeros((0, 5), np.int64)
+    return build_pairs(part, config, rng, counts)

@@ -2,8 +2,9 @@
 (REFERENCE.md, "Masking"), vectorised over many rows at once.
 
 Per row: `num_to_predict = min(max_predictions, max(1, round(len(tokens) * p)))`
-(round half to even, length including the three special tokens), capped by the
-number of candidates; candidates are every position except [CLS] and the two [SEP]s;
+(round half to even, length including the special tokens), capped by the number of
+candidates; candidates are every position except the specials ([CLS] and the two
+[SEP]s of a pair row; [CLS] and every [SEP] of a FULL-SENTENCES row, `Rows.special`);
 a uniformly random subset of that size is chosen (random keys per position, the
 smallest keys win: the same distribution as the reference's shuffle-and-take). Each
 chosen position independently becomes [MASK] (80%), stays (10%) or takes a random
@@ -17,6 +18,10 @@ Whole-word masking follows the reference's grouping (a `##` piece joins the prev
 piece's group, groups taken in random order, skipping any that would overshoot), except
 that a group never crosses [SEP]: the reference lets a `##` piece at the start of B
 join A's last word.
+
+`mask_padded` applies the same rules to a padded (B, T) batch of original tokens: the
+trainer's dynamic masking calls it, so build-shards and training share one
+implementation of the rules.
 """
 from __future__ import annotations
 
@@ -58,12 +63,33 @@ class MaskedLM:
     num_random: int = 0  # positions given a random id
 
 
-def num_to_predict(lengths: np.ndarray, config: MaskingConfig) -> np.ndarray:
-    """The reference's count, capped by the candidates (length minus 3 specials)."""
+def num_to_predict(lengths: np.ndarray, config: MaskingConfig, candidates: np.ndarray | None = None) -> np.ndarray:
+    """The reference's count, capped by the candidates (by default length minus the 3
+    specials of a pair row)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     wanted = np.rint(lengths * config.masked_lm_prob).astype(np.int64)  # half to even
     wanted = np.minimum(config.max_predictions_per_seq, np.maximum(1, wanted))
-    return np.minimum(wanted, lengths - 3)
+    return np.minimum(wanted, lengths - 3 if candidates is None else candidates)
+
+
+def _special_positions(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """(row, position) of every never-masked token: `rows.special` when set, else the
+    pair layout's [CLS], first [SEP] (at a_len + 1) and last [SEP]."""
+    if rows.special is not None:
+        flat = np.flatnonzero(rows.special)
+        row = np.searchsorted(rows.offsets, flat, side="right") - 1
+        return row, flat - rows.offsets[row]
+    n = np.arange(rows.num_rows)
+    row = np.repeat(n, 3)
+    pos = np.stack([np.zeros(rows.num_rows, np.int64), rows.a_lengths + 1, rows.lengths - 1], 1).ravel()
+    return row, pos
+
+
+def _candidates(rows: Rows) -> np.ndarray | None:
+    if rows.special is None:
+        return None
+    return rows.lengths - np.add.reduceat(rows.special.astype(np.int64), rows.offsets[:-1]) \
+        if len(rows.special) else np.zeros(rows.num_rows, np.int64)
 
 
 def choose_positions(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.random.Generator):
@@ -71,22 +97,23 @@ def choose_positions(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: 
     if config.whole_word_mask:
         return _whole_word_positions(rows, config, vocab, rng)
     lengths = rows.lengths
-    counts = num_to_predict(lengths, config)
+    counts = num_to_predict(lengths, config, _candidates(rows))
+    special_row, special_pos = _special_positions(rows)
     pieces = []
     for lo in range(0, rows.num_rows, ROWS_PER_CHUNK):
         hi = min(lo + ROWS_PER_CHUNK, rows.num_rows)
-        pieces.append(_chunk_positions(lengths[lo:hi], rows.a_lengths[lo:hi], counts[lo:hi], rng))
+        a, b = np.searchsorted(special_row, [lo, hi])
+        pieces.append(_chunk_positions(lengths[lo:hi], special_row[a:b] - lo, special_pos[a:b], counts[lo:hi], rng))
     positions = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
     return positions, counts
 
 
-def _chunk_positions(lengths, a_lengths, counts, rng) -> np.ndarray:
+def _chunk_positions(lengths, special_row, special_pos, counts, rng) -> np.ndarray:
     width = int(lengths.max())
     grid = np.arange(width)[None, :]
     keys = rng.random((len(lengths), width))
-    not_candidate = (grid >= lengths[:, None]) | (grid == 0)
-    not_candidate |= (grid == a_lengths[:, None] + 1) | (grid == lengths[:, None] - 1)
-    keys[not_candidate] = 2.0  # above every real key: never chosen
+    keys[grid >= lengths[:, None]] = 2.0  # above every real key: never chosen
+    keys[special_row, special_pos] = 2.0
     k = int(counts.max())
     smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
     order = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1, kind="stable")
@@ -98,18 +125,20 @@ def _chunk_positions(lengths, a_lengths, counts, rng) -> np.ndarray:
 
 def _whole_word_positions(rows: Rows, config, vocab: Vocabulary, rng):
     lengths = rows.lengths
-    wanted = num_to_predict(lengths, config)
+    wanted = num_to_predict(lengths, config, _candidates(rows))
     continuation = vocab.is_continuation
     tokens = rows.input_ids
+    special_row, special_pos = _special_positions(rows)
+    specials = np.split(special_pos, np.searchsorted(special_row, np.arange(1, rows.num_rows)))
     chosen_rows, counts = [], np.zeros(rows.num_rows, dtype=np.int64)
     for r in range(rows.num_rows):
-        start, length, sep = int(rows.offsets[r]), int(lengths[r]), int(rows.a_lengths[r]) + 1
+        start, length, seps = int(rows.offsets[r]), int(lengths[r]), set(specials[r].tolist())
         is_cont = continuation[tokens[start : start + length]]
         groups: list[list[int]] = []
-        for pos in range(1, length - 1):
-            if pos == sep:
+        for pos in range(length):
+            if pos in seps:
                 continue
-            if is_cont[pos] and groups and pos - 1 != sep and groups[-1][-1] == pos - 1:
+            if is_cont[pos] and groups and pos - 1 not in seps and groups[-1][-1] == pos - 1:
                 groups[-1].append(pos)
             else:
                 groups.append([pos])
@@ -155,6 +184,33 @@ def apply_masking(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.
         num_kept=len(flat_index) - num_masked - num_random,
         num_random=num_random,
     )
+
+
+def mask_padded(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, config: MaskingConfig,
+                vocab: Vocabulary, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same rules on a padded batch: tokens (B, T) original ids, lengths (B,), special
+    (B, T) bool (never masked) -> (masked tokens (B, T), positions (B, P), labels (B, P)),
+    P = config.max_predictions_per_seq, unused slots position 0 and label -1."""
+    tokens = np.asarray(tokens)
+    B, T = tokens.shape
+    real = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
+    offsets = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    rows = Rows(input_ids=tokens[real], token_type_ids=np.zeros(int(offsets[-1]), np.int8), offsets=offsets,
+                a_lengths=np.asarray(lengths, np.int64) - 2, next_sentence_label=np.zeros(B, np.int8),
+                special=np.asarray(special)[real])
+    masked = apply_masking(rows, config, vocab, rng)
+    out = tokens.copy()
+    out[real] = rows.input_ids
+    P = config.max_predictions_per_seq
+    counts = np.diff(masked.offsets)
+    slot = np.arange(len(masked.positions)) - np.repeat(masked.offsets[:-1], counts)
+    row = np.repeat(np.arange(B), counts)
+    positions = np.zeros((B, P), np.int64)
+    labels = np.full((B, P), -1, np.int64)
+    positions[row, slot] = masked.positions
+    labels[row, slot] = masked.labels
+    return out, positions, labels
 
 
 CAP_WARNING_SHARE = 0.9  # warn when the cap leaves less than this share of the formula's rate

@@ -31,7 +31,8 @@ class Rows:
     token_type_ids: np.ndarray  # (T,) int8 segment ids
     offsets: np.ndarray  # (N + 1,) int64 row boundaries into the flat arrays
     a_lengths: np.ndarray  # (N,) int64 tokens in segment A (first [SEP] at a_len + 1)
-    next_sentence_label: np.ndarray  # (N,) int8, 1 = B is random
+    next_sentence_label: np.ndarray  # (N,) int8, 1 = B is random (NSP) or swapped (SOP)
+    special: np.ndarray | None = None  # (T,) bool, never masked; None: the pair layout's 3 specials
 
     @property
     def num_rows(self) -> int:
