@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 
 from bertprep import __version__, readers, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
+from bertprep.build_checks import contradicted_options, same_build
 from bertprep.build_tasks import TaskContext, gather_shard, merge_stats, pair_partition, scatter_partition
 from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import LocalExecutor, default_workers
-from bertprep.instances import PAIRINGS, PairConfig
+from bertprep.instances import PairConfig
 from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
@@ -56,7 +57,6 @@ class BuildConfig:
     dupe_factor: int = 5  # passes over the corpus, each masked differently
     whole_word_mask: bool = False  # mask every piece of a word together
     random_from_whole_vocab: bool = False  # Google's random replacement draw (specials included)
-    pairs: str = "nsp"  # nsp (BERT), sop (ALBERT's sentence order) or none (RoBERTa's FULL-SENTENCES)
     seed: int = 12345
     shard_rows: int = 100_000  # rows per output shard (about; exact when num_shards is None)
     num_shards: int | None = None  # a fixed shard count instead of shard_rows
@@ -87,8 +87,6 @@ class BuildConfig:
             bad("num-shards", "must be at least 1")
         if self.partition_bytes < 1024:
             bad("partition-size", "must be at least 1 KB")
-        if self.pairs not in PAIRINGS:
-            bad("pairs", f"unknown pairing {self.pairs!r} (nsp, sop or none)")
         if self.engine not in ("auto", "nanotoken", "tokenizers"):
             bad("engine", f"unknown engine {self.engine!r}")
 
@@ -108,26 +106,43 @@ class BuildResult:
     text_bytes: int
     read_stats: ReadStats
     warnings: list[str]
+    already_complete: bool = False  # OUT already held this exact build; nothing was written
 
 
 def staging_path(out: pathlib.Path) -> pathlib.Path:
     return out.with_name(out.name + ".partial")
 
 
-def _check_output(out: pathlib.Path, overwrite: bool) -> None:
+def _check_output(out: pathlib.Path, overwrite: bool) -> bool:
+    """True when OUT holds a finished build (and --overwrite was not given)."""
     check_parent_is_directory(out)
     if out.exists() and not out.is_dir():
         raise BertprepError(f"{out}: output path exists and is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        what = "a finished build" if (out / "manifest.json").exists() else "files"
-        raise BertprepError(f"{out}: already holds {what}; pass --overwrite to replace it")
+        if (out / "manifest.json").exists():
+            return True
+        raise BertprepError(f"{out}: already holds files; pass --overwrite to replace it")
+    return False
+
+
+def _finished_result(spec: CorpusSpec, tok, out: pathlib.Path, config: BuildConfig, started: float) -> BuildResult:
+    """Running the same command again is always safe: a finished OUT made from the same
+    inputs, options, seed and tokenizer is reported complete, untouched."""
+    manifest = same_build(out, _plan(spec, input_fingerprints(spec), tok, config))
+    if manifest is None:
+        raise BertprepError(f"{out}: already holds a finished build of other inputs, options, seed or tokenizer; "
+                            "pass --overwrite to replace it")
+    return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"], ReadStats(), [],
+                       already_complete=True)
 
 
 def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, overwrite: bool = False, progress: bool = True) -> BuildResult:
     started = time.perf_counter()
     out = pathlib.Path(out)
-    _check_output(out, overwrite)
+    finished = _check_output(out, overwrite)
     tok = load_tokenizer(tokenizer_path)
+    if finished:
+        return _finished_result(spec, tok, out, config, started)
     staging = staging_path(out)
     staging.mkdir(parents=True, exist_ok=True)
     with DirectoryLock(staging):
@@ -186,6 +201,10 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
 def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
     inputs = input_fingerprints(spec)
     plan = _plan(spec, inputs, tok, config)
+    manifest = same_build(staging, plan)
+    if manifest is not None:  # stopped after writing its manifest, before publishing it
+        _check_and_publish(staging, out, config)
+        return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"], ReadStats(), [])
     work = _prepare_work_dir(staging, plan)
     tokenizer_files = tok.save(staging)
     cache_dir = pathlib.Path(config.cache_dir) if config.cache_dir else default_cache_dir()
@@ -196,7 +215,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         work_dir=str(work),
         seed=config.seed,
         dupe_factor=config.dupe_factor,
-        pairs=PairConfig(config.max_seq_length, config.short_seq_prob, config.pairs),
+        pairs=PairConfig(config.max_seq_length, config.short_seq_prob),
         masking=MaskingConfig(config.max_predictions_per_seq, config.masked_lm_prob, config.whole_word_mask, config.random_from_whole_vocab),
         engine=config.engine,
     )
@@ -210,8 +229,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
         stats = _scatter_stage(ctx, partitions, num_shards, executor, progress)
-        if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
-            warnings.extend(_pair_warnings(spec, config, stats, partitions))
+        warnings.extend(_pair_warnings(spec, config, stats, partitions))
         warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
         shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
     for warning in warnings:
@@ -232,7 +250,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     shutil.rmtree(work)
     (staging / "plan.json").unlink()
     write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
-    _publish(staging, out)
+    _check_and_publish(staging, out, config)
     text_bytes = sum(p["text_bytes"] for p in partitions)
     return BuildResult(out, manifest, time.perf_counter() - started, text_bytes, read_stats, warnings)
 
@@ -325,6 +343,14 @@ def _gather_stage(ctx, partitions, num_shards, staging, executor, progress) -> l
             bar.update(1)
     shards.sort(key=lambda s: s["name"])
     return shards
+
+
+def _check_and_publish(staging: pathlib.Path, out: pathlib.Path, config: BuildConfig) -> None:
+    problem = contradicted_options(staging, config.whole_word_mask)
+    if problem:
+        raise BertprepError(f"{staging}: the shards contradict their options ({problem}); not published: "
+                            "this is a bug in bertprep, please report it")
+    _publish(staging, out)
 
 
 def _publish(staging: pathlib.Path, out: pathlib.Path) -> None:

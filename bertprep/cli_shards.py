@@ -25,7 +25,6 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--short-seq-prob", type=float, default=DEFAULTS.short_seq_prob, show_default=True, help="Share of documents whose target length is drawn uniformly from [2, max].")
 @click.option("--dupe-factor", type=int, default=DEFAULTS.dupe_factor, show_default=True, help="Passes over the corpus, each with its own pairs and masks.")
 @click.option("--whole-word-mask/--no-whole-word-mask", default=False, show_default=True, help="Mask all WordPiece pieces of a word together.")
-@click.option("--pairs", type=click.Choice(["nsp", "sop", "none"]), default=DEFAULTS.pairs, show_default=True, help="Row layout: nsp = BERT's next-sentence pairs (label 1 = random B); sop = ALBERT's sentence-order pairs (consecutive segments, label 1 = swapped); none = RoBERTa's FULL-SENTENCES (sentences packed to the length across documents, one segment, label 0).")
 @click.option("--random-from-whole-vocab", is_flag=True, help="Draw random replacements from the whole vocabulary, specials included, as Google's script does (default: ordinary tokens only).")
 @click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True, help="Random seed; same inputs, options and seed give byte-identical shards.")
 @click.option("--shard-rows", type=int, default=DEFAULTS.shard_rows, show_default=True, help="Rows per output shard.")
@@ -54,6 +53,10 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     config = BuildConfig(workers=workers if workers is not None else default_workers(), **options)
     result = build_shards(spec, tokenizer_path, out, config, overwrite=overwrite, progress=not quiet)
     m = result.manifest
+    if result.already_complete:
+        click.echo(f"{result.out}: already complete ({m['totals']['rows']:,} rows from the same inputs, options, seed "
+                   "and tokenizer); nothing to do")
+        return
     stats, totals = m["statistics"], m["totals"]
     mb = result.text_bytes / 1e6
     click.echo(

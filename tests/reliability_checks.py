@@ -61,6 +61,29 @@ def invoke(main, *args) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def finished_markers(out: pathlib.Path) -> set[str]:
+    """The completion markers of finished tasks in OUT.partial/work (build_tasks.py)."""
+    return {p.name for p in (out.with_name(out.name + ".partial") / "work").glob("*.json")}
+
+
+@contextlib.contextmanager
+def markers_written(monkeypatch):
+    """Record the completion markers the tasks run in this process write: a task that
+    reuses finished work writes none."""
+    import bertprep.build_tasks as tasks
+
+    written: list[str] = []
+    original = tasks.write_json_atomic
+
+    def recording(path, *args, **kwargs):
+        written.append(pathlib.Path(path).name)
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(tasks, "write_json_atomic", recording)
+    yield written
+    monkeypatch.setattr(tasks, "write_json_atomic", original)
+
+
 def one_line_error(result: Result, *names, exit_code: int | None = None) -> str:
     """Assert the error shape and that every name appears in it; return the message
     without "Error: "."""

@@ -25,7 +25,8 @@ from bertmodel.cli import main as model_main
 from bertmodel.testing import small_shard_dir
 from bertprep.build import staging_path
 from bertprep.cli import main as prep_main
-from reliability_checks import PREP, invoke, kill_at, one_line_error, start_paused, temporaries, tiny_disk
+from reliability_checks import (PREP, finished_markers, invoke, kill_at, markers_written, one_line_error, start_paused,
+                                temporaries, tiny_disk)
 from shard_fixtures import check_shard_dir, shard_bytes, write_corpus, write_vocab
 
 # ---------------------------------------------------------------- build-shards
@@ -55,15 +56,28 @@ KILL_POINTS = {
 }
 
 
+# Tasks finished at each point: (pairs, scatter, shards) of 18 partitions and 3 shards.
+# The work directory goes once the manifest is written: then nothing is left to redo.
+FINISHED_AT = {"tokenizing": (0, 0, 0), "shard-temporary": (18, 18, 1), "manifest-before-publish": (0, 0, 0)}
+TASKS = 18 + 18 + 3  # pairs and scatter per partition, one per shard
+
+
 @pytest.mark.parametrize("point", list(KILL_POINTS))
-def test_build_killed_at_a_point_resumes_to_the_same_bytes(build, tmp_path, point):
+def test_build_killed_at_a_point_resumes_to_the_same_bytes(build, tmp_path, point, monkeypatch):
     target, after = KILL_POINTS[point]
     out = tmp_path / "out"
     args = ["build-shards", *build["options"], "--out", out, "--cache-dir", tmp_path / "cache"]
     kill_at(target, "prep", args, tmp_path / "paused", after)
     assert not out.exists() and staging_path(out).is_dir()
-    result = invoke(prep_main, *args)
+    finished = finished_markers(out)
+    kinds = ("pairs-", "scatter-", "shard-")
+    assert tuple(sum(m.startswith(k) for m in finished) for k in kinds) == FINISHED_AT[point]
+    with markers_written(monkeypatch) as rerun:
+        result = invoke(prep_main, *args)
     assert result.exit_code == 0, result.output
+    # The rerun did only the unfinished tasks: finished ones were reused, not redone.
+    redo = 0 if point == "manifest-before-publish" else TASKS - len(finished)
+    assert not set(rerun) & finished and len(rerun) == len(set(rerun)) == redo
     assert shard_bytes(out) == build["straight"]
     assert temporaries(tmp_path) == []
 

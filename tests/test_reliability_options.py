@@ -82,10 +82,17 @@ def test_build_shards_existing_output_without_overwrite(inputs, tmp_path):
     assert (mine / "notes.txt").read_text() == "keep me"
     out = tmp_path / "out"
     assert invoke(prep_main, "build-shards", *args, "--out", out).exit_code == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in out.iterdir()}
+    # The same command again is always safe: complete, exit 0, OUT untouched.
+    again = invoke(prep_main, "build-shards", *args, "--out", out)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith(f"{out}: already complete (") and again.stdout.endswith("nothing to do\n")
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in out.iterdir()} == before
+    # Anything else (here another seed) still needs --overwrite.
     result = invoke(prep_main, "build-shards", *args, "--out", out, "--seed", 7)
-    assert one_line_error(result, out) == f"{out}: already holds a finished build; pass --overwrite to replace it"
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert one_line_error(result, out) == (f"{out}: already holds a finished build of other inputs, options, seed or "
+                                           "tokenizer; pass --overwrite to replace it")
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in out.iterdir()} == before
     nothing_left(tmp_path, "cache", "mine", "out")
 
 
