@@ -27,7 +27,7 @@ from bertprep.build_tasks import TaskContext, gather_shard, merge_stats, pair_pa
 from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import LocalExecutor, default_workers
-from bertprep.instances import PairConfig
+from bertprep.instances import PAIRINGS, PairConfig
 from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
@@ -57,6 +57,7 @@ class BuildConfig:
     dupe_factor: int = 5  # passes over the corpus, each masked differently
     whole_word_mask: bool = False  # mask every piece of a word together
     random_from_whole_vocab: bool = False  # Google's random replacement draw (specials included)
+    pairs: str = "nsp"  # nsp (BERT), sop (ALBERT's sentence order) or none (RoBERTa's FULL-SENTENCES)
     seed: int = 12345
     shard_rows: int = 100_000  # rows per output shard (about; exact when num_shards is None)
     num_shards: int | None = None  # a fixed shard count instead of shard_rows
@@ -87,6 +88,8 @@ class BuildConfig:
             bad("num-shards", "must be at least 1")
         if self.partition_bytes < 1024:
             bad("partition-size", "must be at least 1 KB")
+        if self.pairs not in PAIRINGS:
+            bad("pairs", f"unknown pairing {self.pairs!r} (nsp, sop or none)")
         if self.engine not in ("auto", "nanotoken", "tokenizers"):
             bad("engine", f"unknown engine {self.engine!r}")
 
@@ -215,7 +218,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         work_dir=str(work),
         seed=config.seed,
         dupe_factor=config.dupe_factor,
-        pairs=PairConfig(config.max_seq_length, config.short_seq_prob),
+        pairs=PairConfig(config.max_seq_length, config.short_seq_prob, config.pairs),
         masking=MaskingConfig(config.max_predictions_per_seq, config.masked_lm_prob, config.whole_word_mask, config.random_from_whole_vocab),
         engine=config.engine,
     )
@@ -229,7 +232,8 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
         stats = _scatter_stage(ctx, partitions, num_shards, executor, progress)
-        warnings.extend(_pair_warnings(spec, config, stats, partitions))
+        if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
+            warnings.extend(_pair_warnings(spec, config, stats, partitions))
         warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
         shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
     for warning in warnings:
