@@ -27,8 +27,8 @@ from bertmodel.tasks.finetuning import (check_length, encoder_flops, forward_all
 def read_examples(cfg, which: str):
     path = getattr(cfg, which)
     split = getattr(cfg, f"{which}_split")
-    if path:
-        return read_squad(path, split=split)
+    if path:  # a split names a part of a save_to_disk DatasetDict, never of a file
+        return read_squad(path, split=split if Path(path).is_dir() else None)
     if cfg.dataset:
         return read_squad(cfg.dataset, config=cfg.dataset_config, split=split)
     return None
