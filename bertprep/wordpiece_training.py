@@ -60,6 +60,7 @@ from typing import Iterable
 import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from bertprep.bottom_sample import BottomSample
 from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
 from bertprep.tokenizer import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
@@ -239,7 +240,7 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
     [UNK]s count in its [UNK] rate."""
     heldout_path = work / "heldout.txt"
     train_path = work / "train.txt"
-    sampler = _BottomSample(work / "sample.txt", config.sample_bytes) if config.sample_bytes else None
+    sampler = BottomSample(work / "sample.txt", config.sample_bytes) if config.sample_bytes else None
     heldout_cut = int(config.heldout_fraction * _HASH_SPACE)
     split = _Split(train_path, heldout_path, "held-out")
     heldout_bytes = 0
@@ -286,61 +287,6 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
             split.warnings.append("no document fell in the held-out slice (corpus too small): "
                                   "the [UNK] rate is measured on training text")
     return split
-
-
-class _BottomSample:
-    """The documents with the smallest priorities (content hashes) that fit a byte budget.
-
-    Candidates go to a file; when it holds twice the budget it is compacted to the
-    budget and the priority threshold drops, so later documents above it are skipped.
-    Thresholds only fall, so nothing skipped could be in the final sample: the result is
-    the same set whatever the order and the compaction points.
-    """
-
-    def __init__(self, path: pathlib.Path, budget: int):
-        self.path, self.budget = path, budget
-        self.threshold = _HASH_SPACE
-        self.entries: list[tuple[int, int]] = []  # (priority, size) in file order
-        self.bytes = 0
-        self.file = open(path, "wb")
-
-    def add(self, data: bytes, priority: int) -> None:
-        if priority >= self.threshold:
-            return
-        self.file.write(data)
-        self.entries.append((priority, len(data)))
-        self.bytes += len(data)
-        if self.bytes > 2 * self.budget:
-            self._compact()
-
-    def finish(self) -> tuple[pathlib.Path, int, int]:
-        self._compact()
-        self.file.close()
-        return self.path, self.bytes, len(self.entries)
-
-    def _cutoff(self) -> int:
-        total = 0
-        for i, (priority, size) in enumerate(sorted(self.entries)):
-            if total + size > self.budget and i > 0:  # the first document always fits
-                return priority
-            total += size
-        return self.threshold
-
-    def _compact(self) -> None:
-        self.threshold = min(self.threshold, self._cutoff())
-        self.file.close()
-        kept_path = self.path.with_suffix(".kept")
-        kept, kept_bytes = [], 0
-        with open(self.path, "rb") as source, open(kept_path, "wb") as target:
-            for priority, size in self.entries:
-                data = source.read(size)
-                if priority < self.threshold:
-                    target.write(data)
-                    kept.append((priority, size))
-                    kept_bytes += size
-        os.replace(kept_path, self.path)
-        self.entries, self.bytes = kept, kept_bytes
-        self.file = open(self.path, "ab")
 
 
 # ---------------------------------------------------------------- alphabet

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from bertprep.cli import main
 from bertprep.errors import BertprepError
-from bertprep.wordpiece_training import TokenizerTrainingConfig, _BottomSample, train_tokenizer
+from bertprep.bottom_sample import BottomSample
+from bertprep.wordpiece_training import TokenizerTrainingConfig, train_tokenizer
 
 from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 TRAIN_FILES = [DATA / "wikitext-2-raw-train-head.txt", DATA / "enwiki_wikiextractor" / "wiki_00",
@@ -149,7 +150,7 @@ def test_sample_is_independent_of_document_order(tmp_path):
 def test_bottom_sample_equals_brute_force(tmp_path):
     rng = random.Random(1)
     items = [(rng.randrange(1 << 64), rng.randint(1, 200)) for _ in range(3000)]
-    sampler = _BottomSample(tmp_path / "s.txt", budget=5000)
+    sampler = BottomSample(tmp_path / "s.txt", budget=5000)
     for n, (priority, size) in enumerate(items):
         sampler.add(str(n).encode().ljust(size, b"."), priority)
     path, total, count = sampler.finish()
