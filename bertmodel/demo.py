@@ -5,6 +5,7 @@ first, so the demo doubles as a transcript to copy from:
 
     stdlib-corpus -> train-tokenizer -> build-shards (train + held-out) -> inspect (+ plot)
     -> pretrain (tiny BERT, CPU) -> plot -> export-hf -> fill-mask
+    -> finetune classify (which package a docstring sentence documents) -> evaluate -> predict
 
 The corpus is the documentation strings of this Python's standard library: real
 English, on every machine with Python, nothing to download. A step whose output is
@@ -110,18 +111,18 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     run, model = out / "run", out / "model"
     cache = out / "cache"
 
-    step.banner("1/7 A corpus that needs no download: the standard library's docstrings")
+    step.banner("1/8 A corpus that needs no download: the standard library's docstrings")
     if not corpus.exists():
         step.run("bertprep", "stdlib-corpus", "--out", str(corpus))
     train_docs, eval_docs = split_held_out(corpus, train_txt, eval_txt)
     click.echo(f"{train_docs:,} documents for training, {eval_docs:,} held out for evaluation")
 
-    step.banner("2/7 Train a WordPiece vocabulary")
+    step.banner("2/8 Train a WordPiece vocabulary")
     if not (tokenizer / "vocab.txt").exists():
         step.run("bertprep", "train-tokenizer", str(train_txt), "--out", str(tokenizer), "--vocab-size", "8000", "--quiet")
     step.run("bertprep", "encode", "--tokenizer", str(tokenizer), "Return the number of items in a sequence.")
 
-    step.banner("3/7 Build masked next-sentence-prediction shards")
+    step.banner("3/8 Build masked next-sentence-prediction shards")
     if not (shards / "manifest.json").exists():
         step.run("bertprep", "build-shards", str(train_txt), "--tokenizer", str(tokenizer), "--out", str(shards),
                  "--dupe-factor", "5", "--cache-dir", str(cache), "--quiet")
@@ -129,7 +130,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
         step.run("bertprep", "build-shards", str(eval_txt), "--tokenizer", str(tokenizer), "--out", str(eval_shards),
                  "--dupe-factor", "1", "--seed", "7", "--cache-dir", str(cache), "--quiet")
 
-    step.banner("4/7 Inspect them: statistics re-measured from the rows")
+    step.banner("4/8 Inspect them: statistics re-measured from the rows")
     plots = out / "plots"
     can_plot = importlib.util.find_spec("matplotlib") is not None
     if can_plot:
@@ -138,7 +139,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     else:
         step.run("bertprep", "inspect", str(shards), "--show", "1")
 
-    step.banner(f"5/7 Pre-train a {preset} BERT on the CPU for {steps} steps")
+    step.banner(f"5/8 Pre-train a {preset} BERT on the CPU for {steps} steps")
     step.run("bertmodel", "pretrain", "--data", str(shards), "--eval-data", str(eval_shards), "--out", str(run),
              "--preset", preset, "--max-steps", str(steps), "--batch-size", "32", "--lr", "1e-3",
              "--warmup-steps", str(max(steps // 10, 1)), "--save-every", str(max(steps // 4, 1)),
@@ -149,15 +150,31 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     if can_plot:
         step.run("bertmodel", "plot", str(run), "--out", str(plots / "training-curves.png"), "--overwrite")
 
-    step.banner("6/7 Export a transformers BertForPreTraining directory")
-    step.run("bertmodel", "export-hf", str(run), str(model))
+    step.banner("6/8 Export a transformers BertForPreTraining directory")
+    step.run("bertmodel", "export-hf", str(run), str(model), "--overwrite")  # a rerun refreshes it
 
-    step.banner("7/7 Ask it to fill in the blanks")
+    step.banner("7/8 Ask it to fill in the blanks")
     for text in FILL_MASK_EXAMPLES:
         step.run("bertmodel", "fill-mask", str(model), text, "--top-k", "5")
 
+    step.banner("8/8 Fine-tune it: which package does a docstring sentence document?")
+    from bertmodel.demo_task import majority_baseline, write_topic_task
+
+    task_train, task_dev, labels = write_topic_task(out / "topic-task")
+    click.echo(f"labels: {', '.join(labels)}; {task_train} and {task_dev}")
+    finetuned = out / "finetune-run"
+    step.run("bertmodel", "finetune", "classify", "--model", str(run), "--train", str(task_train),
+             "--validation", str(task_dev), "--out", str(finetuned), "--epochs", "3", "--batch-size", "32",
+             "--lr", "2e-4", "--device", "cpu", "--no-progress")
+    metrics = json.loads(step.run("bertmodel", "evaluate", str(finetuned)).splitlines()[0])
+    click.echo(f"validation accuracy {metrics['accuracy']:.3f} (macro-F1 {metrics['macro_f1']:.3f}); always guessing "
+               f"the largest class would score {majority_baseline(task_dev):.3f}")
+    step.run("bertmodel", "predict", str(finetuned), "Return a new event loop for the current thread.",
+             "Set the subject header of the message.")
+
     step.banner("Done")
-    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, metrics.jsonl), model/"
+    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, metrics.jsonl), model/, "
+               "topic-task/, finetune-run/ (hf/ is a transformers BertForSequenceClassification)"
                + (", plots/" if can_plot else ""))
     if can_plot:
         click.echo(f"Plots: {plots / 'shards.png'} (lengths, masked positions, the 80/10/10 split) and "

@@ -1,4 +1,5 @@
 """The main job end to end, as `make demo` runs it, with a short training run."""
+import importlib.util
 import json
 
 import pytest
@@ -12,17 +13,26 @@ def test_demo_runs_the_whole_pipeline_and_leaves_every_artifact(tmp_path):
     out = tmp_path / "demo"
     result = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20"])
     assert result.exit_code == 0, result.output
-    for step in range(1, 8):
-        assert f"== {step}/7 " in result.output
+    for step in range(1, 9):
+        assert f"== {step}/8 " in result.output
     for command in ("$ bertprep stdlib-corpus", "$ bertprep train-tokenizer", "$ bertprep build-shards",
-                    "$ bertprep inspect", "$ bertmodel pretrain", "$ bertmodel export-hf", "$ bertmodel fill-mask"):
+                    "$ bertprep inspect", "$ bertmodel pretrain", "$ bertmodel export-hf", "$ bertmodel fill-mask",
+                    "$ bertmodel finetune classify", "$ bertmodel evaluate", "$ bertmodel predict"):
         assert command in result.output
     for artifact in ("corpus/train.txt", "tokenizer/vocab.txt", "shards/manifest.json", "eval-shards/manifest.json",
-                     "run/metrics.jsonl", "model/config.json", "model/model.safetensors"):
+                     "run/metrics.jsonl", "model/config.json", "model/model.safetensors",
+                     "topic-task/train.tsv", "finetune-run/hf/config.json", "finetune-run/predictions.jsonl"):
         assert (out / artifact).is_file(), artifact
     steps = [json.loads(line)["step"] for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 20
     assert "always guessing the most frequent token would score" in result.output
+    assert "always guessing the largest class would score 0.250" in result.output
+    assert json.loads((out / "finetune-run" / "hf" / "config.json").read_text())["architectures"] == [
+        "BertForSequenceClassification"]
+    if importlib.util.find_spec("matplotlib"):  # the plot extra: both plots, and where they are
+        for plot in ("plots/shards.png", "plots/training-curves.png"):
+            assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+        assert f"Plots: {out / 'plots' / 'shards.png'} " in result.output
 
     # A second run reuses every finished step and still ends with the examples.
     again = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20"])
