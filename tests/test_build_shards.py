@@ -288,3 +288,38 @@ def test_resume_after_the_token_cache_was_cleaned(corpus, vocab, tmp_path, monke
     build(corpus, vocab, tmp_path / "out", tmp_path / "cache")
     build(corpus, vocab, tmp_path / "straight", tmp_path / "cache2")
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "straight")
+
+
+VALIDATOR = SHARED_DATA.parent / "tools" / "validate_shards.py"
+
+
+@pytest.mark.skipif(not VALIDATOR.exists(), reason="../shared/tools/validate_shards.py is absent")
+def test_whole_word_mask_build_passes_the_contract_validator(tmp_path):
+    """--whole-word-mask end to end: the validator's checks (with its exact count
+    formula: this corpus's words are at most two pieces, so every row reaches its
+    count), and every word of every row masked whole or not at all."""
+    corpus = write_corpus(tmp_path / "corpus.txt", documents=150)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["build-shards", str(corpus), "--tokenizer", str(vocab), "--out", str(out),
+                                       "--whole-word-mask", "--workers", "1", "--quiet",
+                                       "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    checked = subprocess.run([sys.executable, str(VALIDATOR), str(out), "--vocab", str(vocab)],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tokens = vocab.read_text().splitlines()
+    continuation = {i for i, t in enumerate(tokens) if t.startswith("##")}
+    rows = read_rows(out)
+    pieces_masked = 0
+    for row in rows:
+        ids, labels, chosen = row["input_ids"], row["masked_lm_ids"], set(row["masked_lm_positions"])
+        first_b = row["token_type_ids"].index(1)
+        original = list(ids)
+        for p, label in zip(row["masked_lm_positions"], labels):
+            original[p] = label
+        for p in range(2, len(ids) - 1):
+            if original[p] in continuation and p not in (1, first_b):
+                assert (p in chosen) == (p - 1 in chosen), (p, original, sorted(chosen))
+                pieces_masked += p in chosen
+    assert pieces_masked > 100  # words of several pieces were masked, whole
