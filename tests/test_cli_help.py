@@ -13,7 +13,8 @@ COMMANDS = [(bertprep_main, name) for name in bertprep_main.commands] + [
 
 def test_the_command_sets():
     assert set(bertprep_main.commands) == {"train-tokenizer", "encode", "build-shards", "inspect", "stdlib-corpus"}
-    assert set(bertmodel_main.commands) == {"pretrain", "export-hf", "fill-mask", "demo"}
+    assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "fill-mask",
+                                            "demo", "plot"}
 
 
 @pytest.mark.parametrize("group, name", COMMANDS, ids=[name for _, name in COMMANDS])
