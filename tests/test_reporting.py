@@ -211,3 +211,30 @@ def test_unknown_or_contradictory_names_are_refused(tmp_path):
         open_reporters(["none", "tensorboard"], tmp_path, {}, resume_step=0)
     assert open_reporters(["none"], tmp_path, {}, resume_step=0).reporters == []
     assert not os.listdir(tmp_path)
+
+
+# --- through the trainer -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_pretrain_report_to_tensorboard_matches_metrics_jsonl_across_a_resume(tmp_path):
+    pytest.importorskip("tensorboard")
+    from click.testing import CliRunner
+
+    from bertmodel.cli import main
+    from bertmodel.testing import small_shard_dir
+
+    shards = small_shard_dir(tmp_path / "shards", rows=48)
+    command = ["pretrain", "--data", shards, "--eval-data", shards, "--out", tmp_path / "run", "--preset", "tiny",
+               "--batch-size", 4, "--max-steps", 8, "--lr", "1e-3", "--warmup-steps", 2, "--log-every", 1,
+               "--save-every", 4, "--eval-every", 4, "--eval-batches", 1, "--device", "cpu", "--no-progress",
+               "--report-to", "tensorboard"]
+    for extra in (["--stop-at", 4], []):  # stop at the step-4 checkpoint, then resume to 8
+        result = CliRunner().invoke(main, [str(a) for a in command + extra], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    got = read_scalars(tmp_path / "run" / "tensorboard", purge=False)
+    for key, tag in (("loss", "train/loss"), ("lr", "optim/lr"), ("eval_mlm_acc", "eval/mlm_acc")):
+        logged = [(r["step"], r[key]) for r in records if key in r]
+        assert [s for s, _ in got[tag]] == [s for s, _ in logged], tag
+        assert [v for _, v in got[tag]] == pytest.approx([v for _, v in logged], rel=1e-6), tag
+    assert [s for s, _ in got["train/loss"]] == list(range(1, 9))
