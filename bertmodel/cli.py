@@ -68,6 +68,14 @@ def _opt(name: str, **kwargs):
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @_opt("--precision", type=click.Choice(["bf16", "fp32"]), help="Default: bf16 autocast on CUDA, fp32 on CPU.")
 @click.option("--compile/--no-compile", default=False, show_default=True, help="torch.compile the model.")
+@_opt("--masking", type=click.Choice(["static", "dynamic"]), help="static: the shards' masks; dynamic: the original "
+      "tokens masked afresh every epoch with bertprep's rules (RoBERTa), exact on resume.")
+@_opt("--mask-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True), help="With --masking dynamic: share "
+      "of tokens to predict (e.g. 0.3). Default: the shards' --masked-lm-prob.")
+@_opt("--max-predictions", type=click.IntRange(min=1), help="With --masking dynamic: most predicted positions per "
+      "row. Default: the shards' cap scaled with the rate (20 at 0.15 -> 40 at 0.3).")
+@_opt("--objective", type=click.Choice(["mlm+nsp", "mlm+sop", "mlm"]), help="mlm+nsp (BERT), mlm+sop (ALBERT; "
+      "shards built with --pairs sop) or mlm alone (RoBERTa; exports BertForMaskedLM). Default: what the shards hold.")
 @_opt("--save-every", type=click.IntRange(min=1), help="Checkpoint (and refresh RUN/hf/) every N steps.")
 @_opt("--keep-last", type=click.IntRange(min=1), help="Checkpoints to keep.")
 @click.option("--eval-data", multiple=True, type=click.Path(exists=True, file_okay=False),

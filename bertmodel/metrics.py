@@ -2,11 +2,16 @@
 
 FLOPs per optimizer step (training = forward + backward = 3x forward = 6 per MAC), the
 standard estimate (Kaplan et al. 2020; Chowdhery et al. 2022, appendix B) adapted to
-what this model actually computes:
-  6 * N_layers_weights * (B * T)          every (padded) token through every layer matrix
-  + 12 * L * H * T * (B * T)              attention scores and weighted sum (QK^T, AV)
+what this model actually computes. With N tokens computed (B * T padded, or the real
+tokens when attention is unpadded), S attention pairs (sum of key counts over queries)
+and Q = B * (1 + P) rows the last layer keeps ([CLS] and the P prediction slots):
+  6 * (L - 1) * (4H^2 + 2HI) * N          every token through the first L - 1 layers
+  + 12 * (L - 1) * H * S                  their attention scores and weighted sums
+  + 6 * 2H^2 * N                          the last layer's keys and values (all tokens)
+  + 6 * (2H^2 + 2HI) * Q                  its queries, output and feed-forward at Q rows only
+  + 12 * H * Q * N / B                    its attention, Q queries over each row's keys
   + 6 * (H*H + H*V) * (B * P)             MLM transform + decoder, only at P prediction slots
-  + 6 * (H*H + 2*H) * B                   pooler + NSP head
+  + 6 * (H*H + 2*H) * B                   pooler + pair head (not for MLM alone)
 Embedding lookups are not FLOPs. MFU = achieved FLOP/s / the device's peak dense bf16
 FLOP/s from PEAK_BF16_FLOPS (no sparsity), or None when the device is not listed.
 """
@@ -51,13 +56,22 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
-def train_flops(config: BertConfig, batch: int, seq_len: int, predictions: int) -> float:
-    """Training FLOPs (forward + backward) of one micro-batch of shape (batch, seq_len)."""
+def train_flops(config: BertConfig, batch: int, seq_len: int, predictions: int, pair_head: bool = True,
+                tokens: int | None = None, attention_pairs: int | None = None) -> float:
+    """Training FLOPs (forward + backward) of one micro-batch of shape (batch, seq_len);
+    tokens / attention_pairs: what an unpadded batch computes (default: the padded B * T
+    and B * T^2)."""
     H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
-    tokens = batch * seq_len
+    tokens = batch * seq_len if tokens is None else tokens
+    pairs = batch * seq_len * seq_len if attention_pairs is None else attention_pairs
+    kept = batch * (1 + predictions)  # rows the last layer computes
     layer_weights = 4 * H * H + 2 * H * I
-    return (6 * L * layer_weights * tokens + 12 * L * H * seq_len * tokens
-            + 6 * (H * H + H * V) * batch * predictions + 6 * (H * H + 2 * H) * batch)
+    flops = (6 * (L - 1) * layer_weights * tokens + 12 * (L - 1) * H * pairs
+             + 6 * 2 * H * H * tokens + 6 * (2 * H * H + 2 * H * I) * kept + 12 * H * kept * tokens / batch
+             + 6 * (H * H + H * V) * batch * predictions)
+    if pair_head:
+        flops += 6 * (H * H + 2 * H) * batch
+    return flops
 
 
 class StepStats:
@@ -74,8 +88,11 @@ class StepStats:
     def add(self, out, labels: torch.Tensor, nsp_labels: torch.Tensor) -> None:
         valid = labels != -100
         mlm_correct = ((out.mlm_logits.argmax(-1) == labels) & valid).sum()
-        nsp_correct = (out.nsp_logits.argmax(-1) == nsp_labels).sum()
-        parts = (out.loss, out.mlm_loss, out.nsp_loss, mlm_correct, valid.sum(), nsp_correct)
+        if out.nsp_logits is None:  # MLM alone: no pair head
+            nsp_correct = nsp_loss = torch.zeros((), device=labels.device)
+        else:
+            nsp_correct, nsp_loss = (out.nsp_logits.argmax(-1) == nsp_labels).sum(), out.nsp_loss
+        parts = (out.loss, out.mlm_loss, nsp_loss, mlm_correct, valid.sum(), nsp_correct)
         self.sums += torch.stack([p.detach().double() for p in parts])
         self.micro_batches += 1
         self.samples += nsp_labels.numel()

@@ -1,9 +1,9 @@
-"""`pretrain`: BERT pre-training (masked LM + next sentence prediction) = the
+"""`pretrain`: BERT pre-training (masked LM + next sentence / sentence order, or MLM alone) = the
 pre-training task (tasks/pretraining.py) on the generic trainer (training/run.py).
 
 TrainConfig extends the loop's options (training/options.py) with what pre-training
-adds: shard directories, the model size, held-out shards, the shard check and the
-tokenizer for shard directories that carry none.
+adds: shard directories, the model size, held-out shards, the shard check, the
+tokenizer for shard directories that carry none, and the recipe (masking, rate, objective).
 """
 from __future__ import annotations
 
@@ -33,13 +33,35 @@ class TrainConfig(LoopConfig):
     verify: str = "sha256"  # shard check: "sha256" or "size" (see data/shards.py)
     tokenizer: str | None = None
     """Tokenizer (vocab.txt, tokenizer.json or dir) for shard dirs that carry none."""
+    masking: str = "static"
+    """"static": the shards' masks; "dynamic": the original tokens masked afresh per epoch by
+    bertprep's rules (RoBERTa), from (seed, epoch, sample index), so resume stays exact."""
+    mask_rate: float | None = None
+    """Dynamic masking's share of tokens to predict (e.g. 0.3); None: the shards' masked_lm_prob."""
+    max_predictions: int | None = None
+    """Dynamic masking's cap per row; None: the shards' cap scaled with the rate (20 at 0.15 -> 40 at 0.3)."""
+    objective: str | None = None
+    """"mlm+nsp", "mlm+sop" or "mlm" (no pair head, exports BertForMaskedLM); None: what the shards hold."""
 
     def __post_init__(self):
         super().__post_init__()
+        if self.masking not in ("static", "dynamic"):
+            raise BertmodelError(f"masking must be static or dynamic, got {self.masking!r}")
+        if self.masking == "static" and (self.mask_rate is not None or self.max_predictions is not None):
+            raise BertmodelError("--mask-rate and --max-predictions re-mask the rows: use them with --masking dynamic")
+        if self.mask_rate is not None and not 0 < self.mask_rate < 1:
+            raise BertmodelError(f"mask-rate must be strictly between 0 and 1, got {self.mask_rate}")
+        if self.max_predictions is not None and self.max_predictions < 1:
+            raise BertmodelError(f"max-predictions must be positive, got {self.max_predictions}")
+        if self.objective not in (None, "mlm+nsp", "mlm+sop", "mlm"):
+            raise BertmodelError(f"objective must be mlm+nsp, mlm+sop or mlm, got {self.objective!r}")
         if self.eval_batches <= 0:
             raise BertmodelError(f"eval-batches must be positive, got {self.eval_batches}")
         if self.init_from and any(v is not None for v in (self.layers, self.hidden, self.heads, self.intermediate)):
             raise BertmodelError("--init-from takes the model size from the checkpoint; drop the size options")
+
+    def meaningful_options(self) -> tuple[str, ...]:
+        return (*super().meaningful_options(), "masking", "mask_rate", "max_predictions", "objective")
 
     def model_config(self, vocab_size: int, pad_id: int) -> BertConfig:
         return BertConfig.preset(self.preset or "base", num_hidden_layers=self.layers, hidden_size=self.hidden,

@@ -183,7 +183,10 @@ class BatchLoader:
         try:
             while not self._stop.is_set():
                 rows = self.order.rank_rows(cursor, self.batch_size, self.rank, self.world)
-                arrays = self.dataset.collate(rows, self.max_len)
+                if hasattr(self.dataset, "collate_at"):  # batches that depend on their position (dynamic masks)
+                    arrays = self.dataset.collate_at(rows, self.max_len, cursor, self.rank)
+                else:
+                    arrays = self.dataset.collate(rows, self.max_len)
                 cursor += self.batch_size * self.world
                 tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
                 if self.pin:

@@ -1,9 +1,13 @@
-"""The pre-training task: masked LM + next sentence prediction on bertprep shards.
+"""The pre-training task: masked LM + a sentence-pair objective (NSP or SOP), or masked
+LM alone, on bertprep shards.
 
 It owns what the generic loop must not know: opening and checking the shard
-directories, the model (a preset, --init-from any BERT, or a checkpoint to resume),
-MLM/NSP statistics, the FLOP count of a (B, T, P) batch, held-out MLM/NSP accuracy, and
-the transformers class the run exports as (BertForPreTraining).
+directories, the recipe (static or dynamic masks, data/recipes.py; the objective the
+shards can serve), the model (a preset, --init-from any BERT, or a checkpoint to
+resume), MLM/pair statistics, the FLOP count of a (B, T, P) batch, held-out MLM/pair
+accuracy (always on the held-out shards' own static masks, so recipes compare alike),
+and the transformers class the run exports as (BertForPreTraining, or BertForMaskedLM
+for MLM alone).
 """
 from __future__ import annotations
 
@@ -12,29 +16,45 @@ import torch
 from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import ShardDataset, eval_batches
+from bertmodel.data.recipes import DynamicMasking, default_max_predictions, masking_vocabulary, objective_for
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
 from bertmodel.metrics import StepStats, train_flops
-from bertmodel.model import BertForPreTraining
+from bertmodel.model import BertForMaskedLM, BertForPreTraining
+from bertprep.masking import MaskingConfig
 
 
 class PretrainingStats(StepStats):
     """MLM/NSP sums per logging interval, fed from the batch's tensors."""
 
+    def __init__(self, device, pair_head: bool = True):
+        super().__init__(device)
+        self.pair_head = pair_head
+
     def add(self, out, tensors: dict) -> None:  # type: ignore[override]
         super().add(out, tensors["masked_lm_labels"], tensors["next_sentence_label"])
+
+    def summarize(self, totals):  # type: ignore[override]
+        summary = StepStats.summarize(totals)
+        if not self.pair_head:  # MLM alone: no pair loss or accuracy to report
+            summary.pop("nsp_loss")
+            summary.pop("nsp_acc")
+        return summary
 
 
 class PretrainingTask:
     name = "pretraining"
-    architecture = "BertForPreTraining"
     best_metric = None  # pre-training exports its latest weights, not a "best" one
 
     def __init__(self, cfg, d: parallel.Dist, log):
         self.cfg, self.d, self.log = cfg, d, log
-        self.train_set = self._open(cfg.data)
-        self.tokenizer = self.train_set.tokenizer
+        self.shards = self._open(cfg.data)
+        self.tokenizer = self.shards.tokenizer
+        self.objective = objective_for(cfg.objective, self.shards.dirs)
+        self.model_class = BertForMaskedLM if self.objective == "mlm" else BertForPreTraining
+        self.architecture = self.model_class.hf_architecture
+        self.train_set = self.shards if cfg.masking == "static" else self._dynamic(self.shards)
         if not self.tokenizer.files:
             # Without tokenizer files RUN/hf would carry none, and AutoTokenizer would
             # then silently map every word to [UNK].
@@ -43,6 +63,17 @@ class PretrainingTask:
         self.eval_data = self._open(cfg.eval_data) if cfg.eval_data else None
         if self.eval_data is not None and (diff := self.eval_data.tokenizer.same_as(self.tokenizer)):
             raise BertmodelError(f"--eval-data uses another tokenizer than --data ({diff})")
+
+    def _dynamic(self, shards: ShardDataset) -> DynamicMasking:
+        options = shards.dirs[0].manifest.get("options", {})
+        shard_rate = options.get("masked_lm_prob", 0.15)
+        rate = self.cfg.mask_rate or shard_rate
+        cap = self.cfg.max_predictions or default_max_predictions(shards.max_predictions, shard_rate, rate)
+        config = MaskingConfig(cap, rate, bool(options.get("whole_word_mask", False)),
+                               bool(options.get("random_from_whole_vocab", False)))
+        self.log(f"dynamic masking: {rate:g} of tokens, at most {cap} per row"
+                 f"{', whole words' if config.whole_word_mask else ''}; objective {self.objective}")
+        return DynamicMasking(shards, self.cfg.seed, config, masking_vocabulary(self.tokenizer))
 
     @property
     def has_eval(self) -> bool:
@@ -55,7 +86,7 @@ class PretrainingTask:
 
     # -- the model -------------------------------------------------------------------
     def _check_positions(self, config: BertConfig) -> None:
-        for data in (self.train_set, self.eval_data):
+        for data in (self.shards, self.eval_data):
             if data is not None and data.max_seq_length > config.max_position_embeddings:
                 raise BertmodelError(f"shards hold sequences of {data.max_seq_length} tokens but the model has "
                                      f"{config.max_position_embeddings} positions")
@@ -64,22 +95,22 @@ class PretrainingTask:
         tok = self.tokenizer
         return self.cfg.model_config(tok.vocab_size, tok.special_ids.get("pad", 0))
 
-    def model_for_checkpoint(self, resume: dict) -> BertForPreTraining:
+    def model_for_checkpoint(self, resume: dict):
         config = BertConfig.from_dict(resume["config"])
         if not self.cfg.init_from and self._wanted_config() != config:
             raise BertmodelError(f"{self.cfg.out} holds checkpoints of another model ({config.num_hidden_layers} "
                                  f"layers, hidden {config.hidden_size}); use another --out or the same size options")
         self._check_positions(config)
-        model = BertForPreTraining(config)
+        model = self.model_class(config)
         model.load_state_dict(resume["model"])
         return model
 
-    def fresh_model(self, log) -> BertForPreTraining:
+    def fresh_model(self, log):
         cfg, tok = self.cfg, self.tokenizer
         if not cfg.init_from:
             config = self._wanted_config()
             self._check_positions(config)
-            return BertForPreTraining(config)
+            return self.model_class(config)
         pre = load_pretrained(cfg.init_from)
         if cfg.preset is not None:
             from bertmodel.config import PRESETS
@@ -98,7 +129,7 @@ class PretrainingTask:
         elif diff := pre.tokenizer.same_as(tok):
             raise BertmodelError(f"{cfg.init_from}: its tokenizer differs from the shards' ({diff})")
         self._check_positions(pre.config)
-        model = BertForPreTraining(pre.config)
+        model = self.model_class(pre.config)
         for note in load_into(model, pre):
             log(note)
         log(f"initialised from {pre.source} ({pre.architecture})")
@@ -106,11 +137,11 @@ class PretrainingTask:
 
     # -- what the loop asks per step -----------------------------------------------------
     def new_stats(self, device: torch.device) -> PretrainingStats:
-        return PretrainingStats(device)
+        return PretrainingStats(device, self.objective != "mlm")
 
     def flops(self, config: BertConfig, tensors: dict) -> float:
         B, T = tensors["input_ids"].shape
-        return train_flops(config, B, T, tensors["masked_lm_positions"].shape[1])
+        return train_flops(config, B, T, tensors["masked_lm_positions"].shape[1], pair_head=self.objective != "mlm")
 
     @torch.no_grad()
     def evaluate(self, model, d: parallel.Dist, autocast) -> dict:
@@ -119,7 +150,7 @@ class PretrainingTask:
         shapes to add)."""
         was_training = model.training
         model.eval()
-        stats = PretrainingStats(d.device)
+        stats = PretrainingStats(d.device, self.objective != "mlm")
         for arrays in eval_batches(self.eval_data, self.cfg.batch_size, d.rank, d.world, self.cfg.eval_batches,
                                    model.config.max_position_embeddings):
             batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
@@ -131,4 +162,5 @@ class PretrainingTask:
         return {f"eval_{k}": v for k, v in summary.items()}
 
     def state(self) -> dict:
-        return {"name": self.name, "architecture": self.architecture}
+        return {"name": self.name, "architecture": self.architecture, "objective": self.objective,
+                "masking": self.cfg.masking}
