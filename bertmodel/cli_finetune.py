@@ -73,6 +73,8 @@ def training_options(fn):
         _opt("--warmup-ratio", type=click.FloatRange(0, 1), help="Warmup as a fraction of the steps."),
         _opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm)."),
         _opt("--max-steps", type=click.IntRange(min=1), help="Stop after N steps [default: epochs x steps per epoch]."),
+        _opt("--stop-at", type=click.IntRange(min=1), help="Save and stop at this step; the schedule still runs to "
+             "--max-steps (rerun to continue)."),
         _opt("--seed", type=int, help="Seed of the new head, dropout and data order (CPU runs repeat exactly)."),
         _opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available."),
         _opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: every epoch)."),

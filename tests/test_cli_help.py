@@ -8,13 +8,14 @@ from bertprep.cli import main as bertprep_main
 
 COMMANDS = [(bertprep_main, name) for name in bertprep_main.commands] + [
     (bertmodel_main, name) for name in bertmodel_main.commands
-]
+] + [(bertmodel_main.commands["finetune"], name) for name in bertmodel_main.commands["finetune"].commands]
 
 
 def test_the_command_sets():
     assert set(bertprep_main.commands) == {"train-tokenizer", "encode", "build-shards", "inspect", "stdlib-corpus"}
     assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "fill-mask",
                                             "demo", "plot"}
+    assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa"}
 
 
 @pytest.mark.parametrize("group, name", COMMANDS, ids=[name for _, name in COMMANDS])
