@@ -148,7 +148,7 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
     lr_ax.set(title="Learning rate", xlabel="optimizer step", ylabel="learning rate (per step)")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
     eval_loss_ax.set(title="Evaluation loss", xlabel="optimizer step", ylabel="loss (cross-entropy, nats)")
-    eval_ax.set(title="Evaluation metrics", xlabel="optimizer step", ylabel="score (fraction; 1 = perfect)")
+    eval_ax.set(title="Evaluation metrics", xlabel="optimizer step", ylabel="score (accuracy, F1, ...: 0-1; SQuAD: 0-100)")
     for ax, what in ((loss_ax, "no training loss logged"), (lr_ax, "no learning rate logged"),
                      (eval_loss_ax, "no evaluation loss logged"), (eval_ax, "no evaluation metrics logged")):
         ax.grid(True, alpha=0.3)
