@@ -113,6 +113,8 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
             raise BertmodelError(f"{run}: metrics.jsonl holds no records yet")
     names = run_names([Path(r) for r in runs])
     Figure = _figure_class()
+    from matplotlib.ticker import MaxNLocator
+
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     # Fixed margins, not a layout engine: every plot puts each panel at the same pixels,
     # so two PNGs compare side by side (and one panel's data never moves another).
@@ -152,6 +154,7 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
     for ax, what in ((loss_ax, "no training loss logged"), (lr_ax, "no learning rate logged"),
                      (eval_loss_ax, "no evaluation loss logged"), (eval_ax, "no evaluation metrics logged")):
         ax.grid(True, alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         if ax.lines:
             ax.legend(fontsize="small")
         else:
