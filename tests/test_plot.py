@@ -33,12 +33,12 @@ def pixels(path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A real 20-step tiny pre-training run, evaluated every 10 steps."""
+    """A real 12-step tiny pre-training run, evaluated every 6 steps."""
     base = tmp_path_factory.mktemp("plot")
-    shards = small_shard_dir(base / "shards", rows=64)
+    shards = small_shard_dir(base / "shards", rows=48)
     result = invoke(bertmodel_main, "pretrain", "--data", shards, "--eval-data", shards, "--out", base / "run",
-                    "--preset", "tiny", "--batch-size", 4, "--max-steps", 20, "--lr", "1e-3", "--warmup-steps", 2,
-                    "--log-every", 1, "--eval-every", 10, "--eval-batches", 2, "--save-every", 100,
+                    "--preset", "tiny", "--batch-size", 4, "--max-steps", 12, "--lr", "1e-3", "--warmup-steps", 2,
+                    "--log-every", 1, "--eval-every", 6, "--eval-batches", 2, "--save-every", 100,
                     "--device", "cpu", "--no-progress")
     assert result.exit_code == 0, result.output
     return base / "run"
@@ -73,7 +73,7 @@ def test_the_image_follows_the_loss_curve(run, tmp_path):
 
     def steeper(r):
         if "loss" in r:
-            r["loss"] = r["loss"] * (1 - r["step"] / 40)
+            r["loss"] = r["loss"] * (1 - r["step"] / 24)
         return r
 
     other = copy_run(run, tmp_path / "steeper", steeper)
