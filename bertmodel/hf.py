@@ -142,12 +142,18 @@ def _umask() -> int:
 
 
 def _hf_state_dict(directory: Path) -> dict:
-    if (directory / "model.safetensors").is_file():
-        sd = load_file(str(directory / "model.safetensors"))
-    elif (directory / "pytorch_model.bin").is_file():
-        sd = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
+    names = [n for n in ("model.safetensors", "pytorch_model.bin") if (directory / n).is_file()]
+    if not names:
         raise BertmodelError(f"{directory}: no model.safetensors or pytorch_model.bin")
+    path = directory / names[0]
+    try:
+        if path.suffix == ".safetensors":
+            sd = load_file(str(path))
+        else:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: name it instead of a library traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BertmodelError(f"{path}: cannot read the weights ({first})") from None
     out = {}
     for k, v in sd.items():
         k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
@@ -227,7 +233,10 @@ def load_pretrained(path) -> Pretrained:
         if config.get("model_type") != "bert":
             raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert'; "
                                  "only BERT models are supported")
-        cfg = BertConfig.from_dict(config)
+        try:
+            cfg = BertConfig.from_dict(config)
+        except BertmodelError as exc:
+            raise BertmodelError(f"{path}/config.json: {exc}") from None
         sd = complete_state_dict(_hf_state_dict(path))
         tok = tokenizer_info(path) if _has_tokenizer(path) else None
         arch = _architecture(config, sd, path)

@@ -12,35 +12,18 @@ import torch
 from click.testing import CliRunner
 
 from bertmodel.cli import main
-from bertmodel.config import BertConfig
-from bertmodel.data.shards import tokenizer_info
-from bertmodel.hf import export_hf, load_into, load_pretrained
-from bertmodel.model import BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification
-from bertmodel.testing import write_small_vocab, write_tokenizer_files
+from bertmodel.hf import load_into, load_pretrained
+from bertmodel.model import BertForQuestionAnswering, BertForSequenceClassification
+from finetune_fixtures import sentence, write_tsv
+from finetune_fixtures import tiny_bert as make_tiny_bert
 
-WORDS = 60  # w0 .. w59 after the five specials
 FAST = ["--batch-size", "4", "--eval-batch-size", "8", "--device", "cpu", "--no-progress", "--log-every", "1"]
 
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A random tiny BertForPreTraining in transformers' layout, with its tokenizer."""
-    root = tmp_path_factory.mktemp("tiny-bert")
-    vocab = write_small_vocab(root / "vocab.txt", WORDS)
-    write_tokenizer_files(root / "tok", vocab)
-    torch.manual_seed(0)
-    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=WORDS + 5))
-    return export_hf(model, root / "bert", tokenizer=tokenizer_info(root / "tok"))
-
-
-def sentence(rng: random.Random, low: int = 3, high: int = 9) -> str:
-    return " ".join(f"w{rng.randrange(WORDS)}" for _ in range(rng.randrange(low, high)))
-
-
-def write_tsv(path, header, rows):
-    path.write_text("\t".join(header) + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows),
-                    encoding="utf-8")
-    return path
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 def invoke(*args):

@@ -167,7 +167,7 @@ def _read_delimited(path: Path, text: str, header: bool, tsv: bool) -> _Table:
         if not rows:
             raise BertmodelError(f"{path}: no records after the header line")
         width, what = len(names), f"the header has {len(names)}"
-        hint = " (if the file has no header line, read it with header=False and 0-based column indices)"
+        hint = " (if the file has no header line, pass --no-header and 0-based column indices)"
     else:
         width, what = len(rows[0]), f"line {starts[0]} has {len(rows[0])}"
         names = list(range(width))

@@ -1,0 +1,31 @@
+"""A tiny random BERT in transformers' layout (BertForPreTraining, the "tiny" preset)
+with a small w0..wN vocabulary, for the fine-tuning tests, and text over that vocabulary."""
+import random
+
+import torch
+
+from bertmodel.config import BertConfig
+from bertmodel.data.shards import tokenizer_info
+from bertmodel.hf import export_hf
+from bertmodel.model import BertForPreTraining
+from bertmodel.testing import write_small_vocab, write_tokenizer_files
+
+WORDS = 60  # w0 .. w59 after the five specials
+
+
+def tiny_bert(root):
+    vocab = write_small_vocab(root / "vocab.txt", WORDS)
+    write_tokenizer_files(root / "tok", vocab)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=WORDS + 5))
+    return export_hf(model, root / "bert", tokenizer=tokenizer_info(root / "tok"))
+
+
+def sentence(rng: random.Random, low: int = 3, high: int = 9) -> str:
+    return " ".join(f"w{rng.randrange(WORDS)}" for _ in range(rng.randrange(low, high)))
+
+
+def write_tsv(path, header, rows):
+    path.write_text("\t".join(header) + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
