@@ -272,8 +272,11 @@ def test_pretrain_sigterm_saves_then_resumes(shards, straight, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, output
-    assert "stopped at step 3 on a signal; rerun the same command to resume" in output
+    # 128 + SIGTERM: schedulers must not read a stopped run as finished; the line names
+    # the checkpoint actually written.
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    step3 = run / "checkpoints" / "step-3"
+    assert f"stopped at step 3 on SIGTERM; saved {step3}; rerun the same command to resume" in output
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2, 3]
     result = resume(shards, run)
     assert f"resuming from {run / 'checkpoints' / 'step-3'} (step 3, sample 6)" in result.output

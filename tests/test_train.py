@@ -53,7 +53,9 @@ def test_pretrain_writes_checkpoints_hf_and_metrics(shards, tmp_path):
     assert steps == [4]  # step-2 pruned by --keep-last 1
     hf = tmp_path / "run" / "hf"
     assert {p.name for p in hf.iterdir()} == {"config.json", "model.safetensors", "vocab.txt", "tokenizer.json",
-                                              "tokenizer_config.json", "special_tokens_map.json"}
+                                              "tokenizer_config.json", "special_tokens_map.json",
+                                              "bertmodel_task.json"}  # our task's settings, which transformers ignores
+    assert json.loads((hf / "bertmodel_task.json").read_text())["architecture"] == "BertForPreTraining"
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if "loss" in r]
     assert [r["step"] for r in train_records] == [2, 4]
@@ -137,9 +139,9 @@ def test_sigterm_saves_and_exits_cleanly(shards, tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output
-    assert "on a signal; rerun the same command to resume" in output
+    assert proc.returncode == 128 + signal.SIGTERM, output  # not success: the run did not finish
     (step, path), = ckpt.list_checkpoints(run)
+    assert f"on SIGTERM; saved {path}; rerun the same command to resume" in output
     assert step >= 2 and (run / "hf" / "model.safetensors").exists()
     assert ckpt.load_checkpoint(path)["data"]["cursor"] == 4 * step
 

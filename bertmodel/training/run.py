@@ -153,6 +153,8 @@ def run_training(cfg, make_task, log) -> dict:
             raise
         finally:
             if lock is not None:
+                # Unlinked while still held, so a finished RUN holds only its results.
+                (run / ".lock").unlink(missing_ok=True)
                 lock.__exit__(None, None, None)
     finally:
         parallel.teardown(d)
