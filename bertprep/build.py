@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass, field
 from bertprep import __version__, readers, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import contradicted_options, same_build
-from bertprep.build_tasks import TaskContext, gather_shard, merge_stats, pair_partition, scatter_partition
+from bertprep.build_tasks import (PairTask, ScatterTask, ShardTask, TaskContext, gather_shard, merge_stats,
+                                  pair_partition, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
-from bertprep.executor import LocalExecutor, default_workers
+from bertprep.executor import EXECUTORS, ExecutorReport, TaskCost, default_workers, make_executor
 from bertprep.instances import PAIRINGS, PairConfig
 from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
@@ -45,10 +46,14 @@ def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "bertprep" / "tokenized"
 
 
+RUN_ONLY_OPTIONS = ("workers", "cache_dir", "engine", "executor", "ray_address")
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     """Options of build-shards. Those that shape the output are recorded in the manifest;
-    `workers`, `cache_dir` and `engine` do not change a byte of it."""
+    `workers`, `cache_dir`, `engine`, `executor` and `ray_address` (RUN_ONLY_OPTIONS)
+    do not change a byte of it, so they are not recorded."""
 
     max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] at most this long (BERT phase 1: 128, phase 2: 512)
     max_predictions_per_seq: int = 20  # masked positions per row at most (phase 2: 80)
@@ -65,6 +70,8 @@ class BuildConfig:
     workers: int = field(default_factory=default_workers)  # processes; output does not depend on it
     cache_dir: str | None = None  # tokenized partitions; default ~/.cache/bertprep/tokenized
     engine: str = "auto"  # bulk encoder: auto (nanotoken if installed) | nanotoken | tokenizers
+    executor: str = "local"  # local (a process pool) | ray; output does not depend on it
+    ray_address: str | None = None  # with executor "ray": "auto", HOST:PORT, or None for a local Ray
 
     def __post_init__(self):
         def bad(option: str, problem: str):
@@ -92,11 +99,15 @@ class BuildConfig:
             bad("pairs", f"unknown pairing {self.pairs!r} (nsp, sop or none)")
         if self.engine not in ("auto", "nanotoken", "tokenizers"):
             bad("engine", f"unknown engine {self.engine!r}")
+        if self.executor not in EXECUTORS:
+            bad("executor", f"unknown executor {self.executor!r} (local or ray)")
+        if self.ray_address and self.executor != "ray":
+            bad("ray-address", "only applies with --executor ray")
 
     def output_options(self) -> dict:
         """The options that determine the output bytes (recorded in the manifest)."""
         options = asdict(self)
-        for key in ("workers", "cache_dir", "engine"):
+        for key in RUN_ONLY_OPTIONS:
             options.pop(key)
         return options
 
@@ -110,6 +121,7 @@ class BuildResult:
     read_stats: ReadStats
     warnings: list[str]
     already_complete: bool = False  # OUT already held this exact build; nothing was written
+    executor: ExecutorReport | None = None  # where the work ran (None when nothing ran)
 
 
 def staging_path(out: pathlib.Path) -> pathlib.Path:
@@ -224,18 +236,19 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     )
     read_stats = ReadStats()
     warnings: list[str] = []
-    with LocalExecutor(config.workers) as executor:
+    with make_executor(config.executor, config.workers, config.ray_address) as executor:
         partitions = _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings, vocabulary_lookup(tok))
         total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
         if total_rows == 0:
             raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
-        stats = _scatter_stage(ctx, partitions, num_shards, executor, progress)
+        stats = _scatter_stage(ctx, config, partitions, num_shards, executor, progress)
         if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
             warnings.extend(_pair_warnings(spec, config, stats, partitions))
         warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
-        shards = _gather_stage(ctx, partitions, num_shards, staging, executor, progress)
+        shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress)
+        report = executor.report()
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     manifest = build_manifest(
@@ -256,7 +269,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
     _check_and_publish(staging, out, config)
     text_bytes = sum(p["text_bytes"] for p in partitions)
-    return BuildResult(out, manifest, time.perf_counter() - started, text_bytes, read_stats, warnings)
+    return BuildResult(out, manifest, time.perf_counter() - started, text_bytes, read_stats, warnings, executor=report)
 
 
 def _inputs_label(spec: CorpusSpec) -> str:
@@ -278,12 +291,15 @@ def _expected_text_bytes(spec: CorpusSpec) -> int | None:
 
 def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings, known_word) -> list[dict]:
     documents = iter_documents(spec, read_stats, known_word)
-    calls = ((ctx, p) for p in iter_partitions(documents, config.partition_bytes))
+    calls = (PairTask(ctx, p) for p in iter_partitions(documents, config.partition_bytes))
+    # Partitions are read here and travel with their task: only a few at a time, so the
+    # memory they take stays bounded (a cluster has its own bound: twice its CPUs).
+    in_flight = config.workers + 1 if config.executor == "local" else None
     results = []
     bar = progress_bar(progress, total=_expected_text_bytes(spec), desc="tokenize+pair", unit="B", unit_scale=True, unit_divisor=1024)
     docs = 0
     with bar:
-        for result in executor.imap_unordered(pair_partition, calls, max_in_flight=config.workers + 1):
+        for result in executor.map(pair_partition, calls, _pair_cost(config), max_in_flight=in_flight):
             results.append(result)
             docs += result["documents"]
             bar.update(result["text_bytes"])
@@ -318,7 +334,7 @@ def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partition
     return [warning] if warning else []
 
 
-def _scatter_stage(ctx, partitions, num_shards, executor, progress) -> dict:
+def _scatter_stage(ctx, config, partitions, num_shards, executor, progress) -> dict:
     # Global row offset of each (partition, pass), in the fixed order passes x partitions.
     offsets, running = {}, 0
     for dupe in range(ctx.dupe_factor):
@@ -326,27 +342,50 @@ def _scatter_stage(ctx, partitions, num_shards, executor, progress) -> dict:
             offsets[(p["index"], dupe)] = running
             running += p["rows_per_pass"][dupe]
     calls = [
-        (ctx, p["index"], p["text_hash"], [offsets[(p["index"], d)] for d in range(ctx.dupe_factor)], num_shards)
+        ScatterTask(ctx, p["index"], p["text_hash"], tuple(offsets[(p["index"], d)] for d in range(ctx.dupe_factor)),
+                    num_shards)
         for p in partitions
     ]
     all_stats = []
     with progress_bar(progress, total=len(calls), desc="mask+scatter", unit="part") as bar:
-        for stats in executor.imap_unordered(scatter_partition, calls):
+        for stats in executor.map(scatter_partition, calls, _scatter_cost(config)):
             all_stats.append(stats)
             bar.update(1)
     return merge_stats(all_stats)
 
 
-def _gather_stage(ctx, partitions, num_shards, staging, executor, progress) -> list[dict]:
-    indexes = [p["index"] for p in partitions]
-    calls = [(ctx, s, num_shards, indexes, str(staging)) for s in range(num_shards)]
+def _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress) -> list[dict]:
+    indexes = tuple(p["index"] for p in partitions)
+    calls = [ShardTask(ctx, s, num_shards, indexes, str(staging)) for s in range(num_shards)]
+    rows_per_shard = math.ceil(sum(sum(p["rows_per_pass"]) for p in partitions) / num_shards)
     shards = []
     with progress_bar(progress, total=num_shards, desc="shuffle+write", unit="shard") as bar:
-        for result in executor.imap_unordered(gather_shard, calls):
+        for result in executor.map(gather_shard, calls, _gather_cost(config, rows_per_shard)):
             shards.append(result)
             bar.update(1)
     shards.sort(key=lambda s: s["name"])
     return shards
+
+
+# Memory requests for a cluster scheduler: generous upper bounds from the sizes that
+# drive each task (measured peaks are in docs/SCALING.md), plus an interpreter with
+# the tokenizer loaded. A request only stops a node taking more tasks than it can hold.
+TASK_BASE_MEMORY = 256 * MB
+
+
+def _pair_cost(config: BuildConfig) -> TaskCost:
+    # The partition's text as Python strings, its token ids and the pair descriptors.
+    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + 12 * config.partition_bytes)
+
+
+def _scatter_cost(config: BuildConfig) -> TaskCost:
+    # Every pass's rows of one partition (ids, types, masks), as numpy and as Arrow.
+    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + 4 * config.partition_bytes * config.dupe_factor)
+
+
+def _gather_cost(config: BuildConfig, rows: int) -> TaskCost:
+    # One shard as a table, its shuffled copy and the batches being written.
+    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + 3 * rows * (4 * config.max_seq_length + 64))
 
 
 def _check_and_publish(staging: pathlib.Path, out: pathlib.Path, config: BuildConfig) -> None:

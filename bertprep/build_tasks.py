@@ -55,6 +55,36 @@ class TaskContext:
     engine: str  # "auto" | "nanotoken" | "tokenizers"
 
 
+@dataclass(frozen=True)
+class PairTask:
+    """Stage 1: tokenize and pair one partition."""
+
+    ctx: TaskContext
+    partition: PartitionText
+
+
+@dataclass(frozen=True)
+class ScatterTask:
+    """Stage 2: mask one partition's pairs and scatter its rows over the shards."""
+
+    ctx: TaskContext
+    index: int
+    text_hash: str
+    pass_offsets: tuple[int, ...]  # global row offset of each dupe pass of this partition
+    num_shards: int
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """Stage 3: gather, shuffle and write one output shard."""
+
+    ctx: TaskContext
+    shard: int
+    num_shards: int
+    partitions: tuple[int, ...]  # every partition index, in order
+    out_dir: str
+
+
 def stream_seed(*parts) -> int:
     """A 64-bit seed for one random stream, from its coordinates."""
     text = ":".join(str(p) for p in parts).encode()
@@ -103,8 +133,8 @@ def _read_marker(path: pathlib.Path) -> dict | None:
 # --- stage 1 -----------------------------------------------------------------------
 
 
-def pair_partition(ctx: TaskContext, partition: PartitionText) -> dict:
-    partition = finish(partition)
+def pair_partition(task: PairTask) -> dict:
+    ctx, partition = task.ctx, finish(task.partition)
     marker = _work(ctx, f"pairs-{partition.index:06d}.json")
     done = _read_marker(marker)
     cache = TokenCache(ctx.cache_dir)
@@ -172,11 +202,13 @@ def _record_batch(rows, masked, vocab_size: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema.shard_schema(vocab_size))
 
 
-def scatter_partition(ctx: TaskContext, index: int, text_hash: str, pass_offsets: list[int], num_shards: int) -> dict:
+def scatter_partition(task: ScatterTask) -> dict:
     """Mask every pass of one partition and write its rows as `num_shards` record
     batches, batch s holding the rows bound for shard s. Rows are dealt to shards
     round-robin in a random order, continuing from the partition's global row offset,
     so shards end up within one row of equal size."""
+    ctx, index, text_hash, num_shards = task.ctx, task.index, task.text_hash, task.num_shards
+    pass_offsets = task.pass_offsets
     marker = _work(ctx, f"scatter-{index:06d}.json")
     done = _read_marker(marker)
     if done is not None:
@@ -258,9 +290,10 @@ def merge_stats(all_stats: list[dict]) -> dict:
 # --- stage 3 -----------------------------------------------------------------------
 
 
-def gather_shard(ctx: TaskContext, shard: int, num_shards: int, partitions: list[int], out_dir: str) -> dict:
+def gather_shard(task: ShardTask) -> dict:
     """Collect shard `shard`'s rows from every partition (fixed order), shuffle them and
     write the final Arrow IPC stream file."""
+    ctx, shard, num_shards, partitions, out_dir = task.ctx, task.shard, task.num_shards, task.partitions, task.out_dir
     name = schema.shard_name(shard, num_shards)
     marker = _work(ctx, f"shard-{shard:05d}.json")
     done = _read_marker(marker)
@@ -287,6 +320,9 @@ def gather_shard(ctx: TaskContext, shard: int, num_shards: int, partitions: list
 
 __all__ = [
     "TaskContext",
+    "PairTask",
+    "ScatterTask",
+    "ShardTask",
     "pair_partition",
     "scatter_partition",
     "gather_shard",

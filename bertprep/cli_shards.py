@@ -33,6 +33,8 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--partition-size", "partition_bytes", type=SIZE, default=size_text(DEFAULTS.partition_bytes), show_default=True, help="Text per partition, the unit of work and caching; random-next B comes from the same partition. Changes the output.")
 @click.option("--workers", type=int, default=None, help="Worker processes [default: all cores]. Does not change the output.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Where tokenized partitions are cached [default: ~/.cache/bertprep/tokenized].")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where the tasks run: local = a process pool of --workers; ray = a Ray cluster (needs the ray extra). Does not change the output.")
+@click.option("--ray-address", default=None, metavar="auto|HOST:PORT", help="With --executor ray: join this cluster (auto = the one this node belongs to) [default: start a local Ray of --workers CPUs for the run].")
 @click.option("--engine", type=click.Choice(["auto", "nanotoken", "tokenizers"]), default="auto", show_default=True, help="Bulk encoder; nanotoken output is spot-checked against tokenizers. Does not change the output.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT (only once the new build is complete).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
@@ -69,6 +71,8 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     if totals["documents"] != result.read_stats.documents:
         corpus += f"; {plural(totals['documents'], 'document')} with tokens"
     click.echo(corpus)
+    if result.executor is not None:
+        click.echo(f"  {result.executor.summary()}")
     click.echo(
         f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
         f"random {stats['share_random']:.3f}; NSP random B {stats['next_sentence_random_fraction']:.3f}; "

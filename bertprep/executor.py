@@ -1,19 +1,31 @@
-"""Run pure task functions locally: in-process for one worker, a process pool otherwise.
+"""Executors: run pure task functions over small descriptors, and hand back summaries.
 
-Tasks are module-level functions of picklable arguments whose outputs depend only on
-those arguments, so results do not depend on the worker count or on which process ran
-what, and the same tasks could be handed to a distributed engine (e.g. Ray's
-`remote(fn).remote(*args)`) unchanged.
+    with make_executor("local", workers=2) as executor:
+        for summary in executor.map(task_fn, descriptors, TaskCost(cpus=1, memory_bytes=...)):
+            ...
 
-Workers never come from a plain fork of the calling process: by the time a build starts,
-that process may hold threads (tokenizers' encode pool once anything was encoded with
-TOKENIZERS_PARALLELISM=true, a notebook's own threads), and a child forked from a
+`map(fn, descriptors, cost)` calls `fn(descriptor)` once per descriptor and yields the
+results as they finish (any order: callers that need one sort by what the summary
+says). A descriptor says what to read and where to write; it is small and picklable,
+and `fn` is a module-level function whose outputs depend only on its descriptor, so
+results do not depend on the executor, the worker count or which process ran what.
+Executors know nothing of what the tasks do.
+
+- `LocalExecutor` (here): in-process for one worker, a process pool otherwise.
+- `RayExecutor` (ray_executor.py): each call a Ray task with the cost's CPU and memory
+  requests, retried by Ray when its worker or node is lost. Ray is an optional extra,
+  imported only when that executor is asked for.
+
+Local workers never come from a plain fork of the calling process: by the time a build
+starts, that process may hold threads (tokenizers' encode pool once anything was encoded
+with TOKENIZERS_PARALLELISM=true, a notebook's own threads), and a child forked from a
 threaded parent can inherit a lock some other thread held and deadlock. On Linux they
 fork from a forkserver instead, a fresh single-threaded interpreter that imports the
 first task's module once, so each worker starts in milliseconds; elsewhere they are
 spawned. Either way a script that builds with workers must guard its entry point with
-`if __name__ == "__main__":` (Python re-imports the main script in each worker). Workers ignore SIGINT: Ctrl-C reaches the whole process group, and only the
-parent should answer it (one line, no worker tracebacks); the parent then stops them.
+`if __name__ == "__main__":` (Python re-imports the main script in each worker). Workers
+ignore SIGINT: Ctrl-C reaches the whole process group, and only the parent should
+answer it (one line, no worker tracebacks); the parent then stops them.
 """
 from __future__ import annotations
 
@@ -22,7 +34,10 @@ import os
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
+
+EXECUTORS = ("local", "ray")
 
 
 def default_workers() -> int:
@@ -36,11 +51,40 @@ def start_method() -> str:
     return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
+@dataclass(frozen=True)
+class TaskCost:
+    """What one call needs: a distributed executor schedules by it (and a node's memory
+    is never oversubscribed); the local one runs `workers` calls at a time."""
+
+    cpus: float = 1.0
+    memory_bytes: int = 0
+
+
+@dataclass
+class ExecutorReport:
+    """For the build's summary line: where the work ran and what had to be redone."""
+
+    executor: str
+    nodes: int
+    cpus: int
+    retries: int = 0  # calls started again after their worker or node was lost
+    retry_reasons: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"executor {self.executor}: {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus} CPUs"
+        if self.retries:
+            reasons = "; ".join(sorted(set(self.retry_reasons))) or "worker lost"
+            text += f", {self.retries} tasks retried ({reasons})"
+        return text
+
+
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class LocalExecutor:
+    name = "local"
+
     def __init__(self, workers: int):
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
@@ -76,27 +120,31 @@ class LocalExecutor:
         for process in processes:
             process.join(timeout=5)
 
-    def imap_unordered(self, fn: Callable, calls: Iterable[tuple], max_in_flight: int | None = None) -> Iterator[Any]:
-        """Results of fn(*args) for each args, as they finish. At most `max_in_flight`
-        calls are submitted ahead, so a lazy `calls` (e.g. corpus partitions being read)
-        is consumed no faster than workers take it: memory stays bounded."""
+    def report(self) -> ExecutorReport:
+        return ExecutorReport("local", 1, self.workers)
+
+    def map(self, fn: Callable, descriptors: Iterable, cost: TaskCost = TaskCost(),
+            max_in_flight: int | None = None) -> Iterator[Any]:
+        """fn(d) for each descriptor d, as they finish. At most `max_in_flight` calls
+        are submitted ahead, so a lazy `descriptors` is consumed no faster than workers
+        take it: memory stays bounded. (The cost only matters to a cluster.)"""
         if self.workers == 1:
-            for args in calls:
-                yield fn(*args)
+            for descriptor in descriptors:
+                yield fn(descriptor)
             return
         pool = self._start_pool(fn)
         limit = max_in_flight or 2 * self.workers
         pending: set[Future] = set()
-        queue = iter(calls)
+        queue = iter(descriptors)
         exhausted = False
         while True:
             while not exhausted and len(pending) < limit:
                 try:
-                    args = next(queue)
+                    descriptor = next(queue)
                 except StopIteration:
                     exhausted = True
                     break
-                pending.add(pool.submit(fn, *args))
+                pending.add(pool.submit(fn, descriptor))
             if not pending:
                 return
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -104,4 +152,19 @@ class LocalExecutor:
                 yield future.result()
 
 
-__all__ = ["LocalExecutor", "default_workers", "start_method"]
+def make_executor(name: str, workers: int, address: str | None = None):
+    """The executor a build runs on: "local" (a process pool of `workers`) or "ray"
+    (joins the cluster at `address`, "auto" for the one this node belongs to, or starts
+    a local Ray of `workers` CPUs when there is no address)."""
+    if name == "local":
+        return LocalExecutor(workers)
+    if name == "ray":
+        from bertprep.ray_executor import RayExecutor
+
+        return RayExecutor(address=address, workers=workers)
+    from bertprep.errors import BertprepError
+
+    raise BertprepError(f"--executor: unknown executor {name!r} (local or ray)")
+
+
+__all__ = ["EXECUTORS", "ExecutorReport", "LocalExecutor", "TaskCost", "default_workers", "make_executor", "start_method"]
