@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from bertprep import __version__, readers, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
-from bertprep.build_checks import contradicted_options, same_build
+from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build_tasks import (PairTask, ScatterTask, ShardTask, TaskContext, gather_shard, merge_stats,
                                   pair_partition, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
@@ -214,6 +214,8 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
 
 
 def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
+    input_files = resolve_input_files(spec)
+    states = input_states(input_files)  # before the fingerprints, so a change while hashing counts too
     inputs = input_fingerprints(spec)
     plan = _plan(spec, inputs, tok, config)
     manifest = same_build(staging, plan)
@@ -263,6 +265,12 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         stats=stats,
         read_stats=read_stats,
     )
+    changed = changed_input(states, input_files)
+    if changed:
+        raise BertprepError(f"{changed}: changed while the build was reading it; nothing was published "
+                            "(run the command again once the input is final)")
+    # A task retried after its worker was lost may have left its temporary behind.
+    remove_stale_temporaries(staging)
     write_dataset_files(staging, shards, tok.vocab_size, manifest)
     shutil.rmtree(work)
     (staging / "plan.json").unlink()

@@ -1,4 +1,4 @@
-"""Two checks build-shards makes about a finished result, outside the build proper.
+"""Checks build-shards makes about a finished result, outside the build proper.
 
 - `contradicted_options`: before publishing, the statistics re-measured from the shards
   as written (`inspect`'s measurements, read from the rows, not from the masking step's
@@ -8,6 +8,8 @@
 - `same_build`: whether a finished result (OUT, or a staging directory whose manifest was
   written but not yet published) was made from exactly this command's inputs, options,
   seed and tokenizer, so running the same command again can report it complete.
+- `input_states` / `changed_input`: an input rewritten while the build read it would
+  leave shards made from neither version; such a build fails naming the file.
 """
 from __future__ import annotations
 
@@ -74,3 +76,29 @@ def same_build(directory: pathlib.Path, plan: dict) -> dict | None:
     if _identity(manifest) != json.loads(json.dumps(_identity(plan))):
         return None
     return manifest
+
+
+def input_states(files) -> dict[str, tuple[int, int]]:
+    """(size, modification time) of each input file, to tell whether one changed while
+    the build read it. A saved dataset directory counts by its files."""
+    states = {}
+    for path in files:
+        path = pathlib.Path(path)
+        members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for member in members:
+            try:
+                stat = member.stat()
+            except OSError:
+                states[str(member)] = (-1, -1)  # gone: that is a change too
+                continue
+            states[str(member)] = (stat.st_size, stat.st_mtime_ns)
+    return states
+
+
+def changed_input(before: dict[str, tuple[int, int]], files) -> str | None:
+    """The first input whose size or modification time differs from `before`."""
+    after = input_states(files)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            return name
+    return None

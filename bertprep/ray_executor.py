@@ -70,7 +70,7 @@ class RayExecutor:
                 if address:
                     self.ray.init(address=address, **kwargs)
                 else:
-                    self.ray.init(num_cpus=workers, include_dashboard=False, **kwargs)
+                    self.ray.init(address="local", num_cpus=workers, include_dashboard=False, **kwargs)
             except ConnectionError as exc:
                 raise BertprepError(f"--ray-address {address}: cannot join a Ray cluster there ({exc})") from None
             self._owned = True

@@ -1,0 +1,154 @@
+"""build-shards on Ray: the same bytes as the local executor, on a local Ray and on a
+two-node cluster, through lost workers, a lost driver and an input changed mid-build.
+
+One two-node cluster (`ray.cluster_utils.Cluster`, both nodes on this machine) serves
+the in-process tests of this module; the CLI tests start their own local Ray, as a user
+would with `--executor ray` and no address.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertprep.build import BuildConfig, build_shards, staging_path
+from bertprep.corpus import CorpusSpec
+from bertprep.errors import BertprepError
+from reliability_checks import PREP, temporaries
+from shard_fixtures import shard_bytes, write_corpus, write_vocab
+
+ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra (pip install 'bertprep[ray]')")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import ray_faults  # noqa: E402
+
+OPTIONS = {"partition_bytes": 8192, "num_shards": 3, "dupe_factor": 2, "engine": "tokenizers"}
+CLI_OPTIONS = ["--partition-size", "8KiB", "--num-shards", "3", "--dupe-factor", "2", "--engine", "tokenizers", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The corpus, the vocabulary and the local builds (1 and 2 workers) to compare with."""
+    base = tmp_path_factory.mktemp("ray-inputs")
+    corpus = write_corpus(base / "corpus.txt", documents=300, seed=4)
+    vocab = write_vocab(base / "vocab.txt")
+    local = {}
+    for workers in (1, 2):
+        out = base / f"local{workers}"
+        config = BuildConfig(workers=workers, cache_dir=str(base / f"cache{workers}"), **OPTIONS)
+        result = build_shards(CorpusSpec(paths=(str(corpus),)), vocab, out, config, progress=False)
+        assert result.manifest["totals"]["partitions"] > 10
+        local[workers] = shard_bytes(out)
+    return {"corpus": corpus, "vocab": vocab, "local1": local[1], "local2": local[2]}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes of one CPU each on this machine; this process is their driver."""
+    if ray.is_initialized():
+        ray.shutdown()
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
+    nodes.wait_for_nodes()
+    ray_faults.ray_faults_by_value()
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def build_on_ray(inputs, out, cache, **options):
+    config = BuildConfig(executor="ray", workers=2, cache_dir=str(cache), **{**OPTIONS, **options})
+    return build_shards(CorpusSpec(paths=(str(inputs["corpus"]),)), inputs["vocab"], out, config, progress=False)
+
+
+def test_local_one_and_two_workers_and_a_two_node_cluster_give_the_same_bytes(inputs, cluster, tmp_path):
+    result = build_on_ray(inputs, tmp_path / "out", tmp_path / "cache")
+    assert inputs["local1"] == inputs["local2"]
+    assert shard_bytes(tmp_path / "out") == inputs["local1"]  # shards, manifest, tokenizer files
+    report = result.executor
+    assert (report.executor, report.nodes, report.cpus, report.retries) == ("ray", 2, 2, 0)
+    assert "manifest.json" in inputs["local1"] and b'"executor"' not in inputs["local1"]["manifest.json"]
+
+
+@pytest.mark.parametrize("task, at, index", [
+    ("pair_partition", "write_json_atomic", 3),  # its pairs written, its marker not yet
+    ("scatter_partition", "write_json_atomic", 5),  # its scatter file written, its marker not yet
+    ("gather_shard", "sha256_file", 1),  # the shard written under its temporary name
+])
+def test_a_worker_killed_in_the_middle_of_a_task_is_retried_to_the_same_bytes(inputs, cluster, tmp_path, monkeypatch,
+                                                                              task, at, index):
+    import bertprep.build_tasks as tasks
+
+    flag = tmp_path / "killed"
+    monkeypatch.setattr(f"bertprep.build.{task}", ray_faults.KillOnce(getattr(tasks, task), flag, at, index))
+    result = build_on_ray(inputs, tmp_path / "out", tmp_path / "cache")
+    assert flag.exists()  # the worker really died (its pid is in the flag)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(flag.read_text()), 0)
+    assert result.executor.retries == 1
+    assert shard_bytes(tmp_path / "out") == inputs["local1"]
+    assert temporaries(tmp_path) == []
+
+
+def test_an_input_changed_during_the_build_fails_naming_it_and_publishes_nothing(inputs, cluster, tmp_path, monkeypatch):
+    import bertprep.build as build
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(inputs["corpus"].read_bytes())
+    original = build._scatter_stage
+
+    def append_then_scatter(*args, **kwargs):  # the corpus was read; now someone appends to it
+        with open(corpus, "a") as f:
+            f.write("A late sentence.\n")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(build, "_scatter_stage", append_then_scatter)
+    config = BuildConfig(executor="ray", workers=2, cache_dir=str(tmp_path / "cache"), **OPTIONS)
+    with pytest.raises(BertprepError, match=f"^{corpus}: changed while the build was reading it; nothing was published"):
+        build_shards(CorpusSpec(paths=(str(corpus),)), inputs["vocab"], tmp_path / "out", config, progress=False)
+    assert not (tmp_path / "out").exists() and not staging_path(tmp_path / "out").exists()
+
+
+def ray_cli(inputs, out, cache, **popen):
+    args = [str(inputs["corpus"]), "--tokenizer", str(inputs["vocab"]), "--out", str(out), "--cache-dir", str(cache),
+            "--executor", "ray", "--workers", "2", *CLI_OPTIONS]
+    return [*PREP, "build-shards", *args]
+
+
+def test_the_cli_on_a_local_ray_of_its_own(inputs, tmp_path):
+    done = subprocess.run(ray_cli(inputs, tmp_path / "out", tmp_path / "cache"), capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr
+    assert shard_bytes(tmp_path / "out") == inputs["local1"]
+    assert "  executor ray: 1 node, 2 CPUs" in done.stdout.splitlines()
+
+
+def test_the_driver_killed_mid_build_resumes_with_the_same_command_to_the_same_bytes(inputs, tmp_path):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    command = ray_cli(inputs, out, cache)
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    work = staging_path(out) / "work"
+    deadline = time.time() + 120
+    while len(list(work.glob("scatter-*.json"))) < 3 and driver.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert driver.poll() is None, "the build ended before the driver could be killed"
+    os.kill(driver.pid, signal.SIGKILL)  # the driver only: its Ray must notice on its own
+    driver.wait()
+    finished = {p.name for p in work.glob("*.json")}
+    assert not (out / "manifest.json").exists() and len(finished) >= 3
+    try:
+        rerun = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # whatever of the killed driver's Ray outlived it
+        except ProcessLookupError:
+            pass
+    assert rerun.returncode == 0, rerun.stderr
+    assert "Resuming the unfinished build" in rerun.stderr
+    assert shard_bytes(out) == inputs["local1"]
+    assert temporaries(tmp_path) == []
