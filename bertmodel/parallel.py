@@ -70,17 +70,33 @@ def teardown(d: Dist) -> None:
         dist.destroy_process_group()
 
 
+class SeqDynamic(torch.nn.Module):
+    """Calls a compiled model with the (B, T) inputs' T marked dynamic. Only for the
+    forward: state dicts come from the plain module, never from this wrapper."""
+
+    def __init__(self, compiled: torch.nn.Module):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, **tensors):
+        for name in ("input_ids", "token_type_ids", "attention_mask"):
+            if name in tensors and tensors[name].dim() == 2:
+                torch._dynamo.maybe_mark_dynamic(tensors[name], 1)
+        return self.compiled(**tensors)
+
+
 def wrap(model: torch.nn.Module, d: Dist, compile: bool) -> torch.nn.Module:
     """The module to train: `model` (already on d.device), compiled, in DDP."""
     if compile:
         import torch._dynamo.config as dynamo_config
 
-        # Batches are padded to multiples of 8, so up to max_seq_length / 8 shapes; let
-        # them all compile rather than fall back to eager after the default limit of 8.
+        # Batches are padded to multiples of 8, so up to max_seq_length / 8 lengths: the
+        # sequence dimension is marked dynamic (SeqDynamic), so they share one graph
+        # instead of one compile each; the limit is raised for what still specialises.
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(dynamo_config, name):
                 setattr(dynamo_config, name, max(getattr(dynamo_config, name), 128))
-        model = torch.compile(model, dynamic=False)
+        model = SeqDynamic(torch.compile(model))
     if d.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
