@@ -21,7 +21,7 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@if [ -n "$(TORCH)" ] && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		echo "Installing $(TORCH)"; $(BIN)/python -m pip install --quiet $(TORCH); fi
-	$(BIN)/python -m pip install --quiet -e ".[fast,test]"
+	$(BIN)/python -m pip install --quiet -e ".[model,ray,fast,test]"
 	@touch $@
 
 install: $(VENV)/.installed
