@@ -27,11 +27,13 @@ def main():
 
 
 def _register_commands() -> None:
-    # Commands live in modules of their own; importing them here keeps this file the
-    # one place that lists the command set.
-    from bertprep import cli_tokenizer  # noqa: F401  train-tokenizer, encode
-    from bertprep import cli_shards  # noqa: F401  build-shards, inspect
-    from bertprep import cli_corpus  # noqa: F401  stdlib-corpus
+    # Commands live in modules of their own, which never import this one (the group
+    # imports its commands, not the reverse); this is the one place that lists them.
+    from bertprep import cli_corpus, cli_shards, cli_tokenizer
+
+    for command in (cli_tokenizer.train_tokenizer_command, cli_tokenizer.encode_command,
+                    cli_shards.build_shards_command, cli_shards.inspect_command, cli_corpus.stdlib_corpus):
+        main.add_command(command)
 
 
 _register_commands()

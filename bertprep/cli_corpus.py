@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import click
 
-from bertprep.cli import main, user_errors
+from bertprep.clikit import user_errors
 from bertprep.cli_options import SIZE
 from bertprep.corpus import format_size
 from bertprep.stdlib_corpus import write_stdlib_corpus
 
 
-@main.command("stdlib-corpus")
+@click.command("stdlib-corpus")
 @click.option(
     "--out",
     required=True,

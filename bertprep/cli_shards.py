@@ -6,7 +6,7 @@ import json
 import click
 
 from bertprep.build import BuildConfig, build_shards
-from bertprep.cli import main, user_errors
+from bertprep.clikit import user_errors
 from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options, size_text
 from bertprep.corpus import plural
 from bertprep.executor import default_workers
@@ -15,7 +15,7 @@ from bertprep.inspect_shards import decode_samples, format_report, measure, samp
 DEFAULTS = BuildConfig(workers=1)
 
 
-@main.command("build-shards")
+@click.command("build-shards")
 @corpus_options
 @click.option("--tokenizer", "tokenizer_path", required=True, type=click.Path(exists=True), help="A TOKDIR, a tokenizer.json or a bare vocab.txt (e.g. Google's).")
 @click.option("--out", "out", required=True, type=click.Path(), help="Output directory for the shards, manifest and tokenizer files.")
@@ -80,7 +80,7 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     )
 
 
-@main.command("inspect")
+@click.command("inspect")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--show", type=click.IntRange(min=0), default=0, metavar="N", help="Decode the first N rows, masked positions as [shown->original].")
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON (with --show, the rows' ids and tokens).")

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from bertprep.cli import main, user_errors
+from bertprep.clikit import user_errors
 from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
 from bertprep.corpus import ReadStats, format_size, iter_documents, plural
 from bertprep.readers import decode_utf8
@@ -19,7 +19,7 @@ DEFAULTS = TokenizerTrainingConfig()
 ENCODE_BATCH_LINES = 4096
 
 
-@main.command("train-tokenizer")
+@click.command("train-tokenizer")
 @corpus_options
 @click.option("--out", "out_dir", required=True, metavar="TOKDIR", type=click.Path(file_okay=False),
               help="Directory to write vocab.txt, tokenizer.json, tokenizer_config.json into.")
@@ -83,7 +83,7 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
         click.echo(f"warning: {warning}", err=True)
 
 
-@main.command("encode")
+@click.command("encode")
 @click.option("--tokenizer", "tokenizer_path", required=True, metavar="TOK", type=click.Path(),
               help="A TOKDIR, a tokenizer.json or a bare vocab.txt (e.g. Google's).")
 @click.argument("texts", metavar="[TEXT]...", nargs=-1)
