@@ -47,6 +47,8 @@ def default_cache_dir() -> pathlib.Path:
 
 
 RUN_ONLY_OPTIONS = ("workers", "cache_dir", "engine", "executor", "ray_address")
+# The pairing and masking defaults are those of their stages' own configs, defined once.
+_PAIRS, _MASKING = PairConfig(), MaskingConfig()
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,14 @@ class BuildConfig:
     `workers`, `cache_dir`, `engine`, `executor` and `ray_address` (RUN_ONLY_OPTIONS)
     do not change a byte of it, so they are not recorded."""
 
-    max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] at most this long (BERT phase 1: 128, phase 2: 512)
-    max_predictions_per_seq: int = 20  # masked positions per row at most (phase 2: 80)
-    masked_lm_prob: float = 0.15  # share of tokens to predict
-    short_seq_prob: float = 0.1  # share of documents whose target length is drawn from [2, max]
+    max_seq_length: int = _PAIRS.max_seq_length  # [CLS] A [SEP] B [SEP] at most this long (BERT: 128, then 512)
+    max_predictions_per_seq: int = _MASKING.max_predictions_per_seq  # masked positions per row at most (phase 2: 80)
+    masked_lm_prob: float = _MASKING.masked_lm_prob  # share of tokens to predict
+    short_seq_prob: float = _PAIRS.short_seq_prob  # share of documents whose target length is drawn from [2, max]
     dupe_factor: int = 5  # passes over the corpus, each masked differently
-    whole_word_mask: bool = False  # mask every piece of a word together
-    random_from_whole_vocab: bool = False  # Google's random replacement draw (specials included)
-    pairs: str = "nsp"  # nsp (BERT), sop (ALBERT's sentence order) or none (RoBERTa's FULL-SENTENCES)
+    whole_word_mask: bool = _MASKING.whole_word_mask  # mask every piece of a word together
+    random_from_whole_vocab: bool = _MASKING.random_from_whole_vocab  # Google's draw (specials included)
+    pairs: str = _PAIRS.kind  # nsp (BERT), sop (ALBERT's sentence order) or none (RoBERTa's FULL-SENTENCES)
     seed: int = 12345
     shard_rows: int = 100_000  # rows per output shard (about; exact when num_shards is None)
     num_shards: int | None = None  # a fixed shard count instead of shard_rows
@@ -103,6 +105,15 @@ class BuildConfig:
             bad("executor", f"unknown executor {self.executor!r} (local or ray)")
         if self.ray_address and self.executor != "ray":
             bad("ray-address", "only applies with --executor ray")
+
+    def pair_config(self) -> PairConfig:
+        """The pairing stage's options, as its own config (the names the CLI shows
+        become the stage's names here, and only here)."""
+        return PairConfig(max_seq_length=self.max_seq_length, short_seq_prob=self.short_seq_prob, kind=self.pairs)
+
+    def masking_config(self) -> MaskingConfig:
+        return MaskingConfig(max_predictions_per_seq=self.max_predictions_per_seq, masked_lm_prob=self.masked_lm_prob,
+                             whole_word_mask=self.whole_word_mask, random_from_whole_vocab=self.random_from_whole_vocab)
 
     def output_options(self) -> dict:
         """The options that determine the output bytes (recorded in the manifest)."""
@@ -232,8 +243,8 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         work_dir=str(work),
         seed=config.seed,
         dupe_factor=config.dupe_factor,
-        pairs=PairConfig(config.max_seq_length, config.short_seq_prob, config.pairs),
-        masking=MaskingConfig(config.max_predictions_per_seq, config.masked_lm_prob, config.whole_word_mask, config.random_from_whole_vocab),
+        pairs=config.pair_config(),
+        masking=config.masking_config(),
         engine=config.engine,
     )
     read_stats = ReadStats()

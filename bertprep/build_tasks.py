@@ -28,7 +28,8 @@ import pyarrow as pa
 pa.set_memory_pool(pa.system_memory_pool())
 
 from bertprep import schema
-from bertprep.atomic import atomic_output, sha256_file, write_bytes_atomic, write_json_atomic
+from bertprep.arrow_writer import ArrowWriter
+from bertprep.atomic import write_bytes_atomic, write_json_atomic
 from bertprep.encoding import SentenceEncoder
 from bertprep.full_sentences import build_full_rows, document_starts
 from bertprep.instances import PairConfig, build_instances
@@ -242,10 +243,10 @@ def scatter_partition(task: ScatterTask) -> dict:
             for s in range(num_shards):
                 per_shard[s].append(batch.slice(bounds[s], bounds[s + 1] - bounds[s]))
     # One record batch per shard (all passes together), so shard s reads batch s.
-    with atomic_output(_work(ctx, f"scatter-{index:06d}.arrow"), fsync=False) as tmp:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema.shard_schema(tok.vocab_size)) as writer:
-            for pieces in per_shard:
-                writer.write_batch(pa.concat_batches(pieces))
+    scatter_file = _work(ctx, f"scatter-{index:06d}.arrow")
+    with ArrowWriter(scatter_file, schema.shard_schema(tok.vocab_size), stream=False, fsync=False) as writer:
+        for pieces in per_shard:
+            writer.write(pa.concat_batches(pieces))
     write_json_atomic(marker, stats, fsync=False)
     return stats
 
@@ -308,12 +309,9 @@ def gather_shard(task: ShardTask) -> dict:
     table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=batches[0].schema)
     rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
     table = table.take(pa.array(rng.permutation(table.num_rows))).combine_chunks()
-    with atomic_output(pathlib.Path(out_dir) / name) as tmp:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-            for batch in table.to_batches(max_chunksize=RECORD_BATCH_ROWS):
-                writer.write_batch(batch)
-        size, digest = tmp.stat().st_size, sha256_file(tmp)
-    result = {"name": name, "rows": table.num_rows, "bytes": size, "sha256": digest}
+    with ArrowWriter(pathlib.Path(out_dir) / name, table.schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
+        writer.write(table)
+    result = {"name": name, "rows": writer.rows, "bytes": writer.bytes, "sha256": writer.sha256}
     write_json_atomic(marker, result, fsync=False)
     return result
 

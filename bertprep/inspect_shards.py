@@ -51,7 +51,8 @@ def measure(out) -> dict:
     options = manifest["options"]
     counts = dict(rows=0, tokens=0, positions=0, as_mask=0, kept=0, random=0, nsp_random=0, expected_positions=0)
     histogram = np.zeros(options["max_seq_length"] + 1, dtype=np.int64)
-    masking = MaskingConfig(options["max_predictions_per_seq"], options["masked_lm_prob"])
+    masking = MaskingConfig(max_predictions_per_seq=options["max_predictions_per_seq"],
+                            masked_lm_prob=options["masked_lm_prob"])
     for shard in manifest["shards"]:
         table = open_shard(out / shard["name"])
         ids, row_offsets = _flat(table.column(schema.INPUT_IDS))

@@ -76,9 +76,9 @@ def test_local_one_and_two_workers_and_a_two_node_cluster_give_the_same_bytes(in
 
 
 @pytest.mark.parametrize("task, at, index", [
-    ("pair_partition", "write_json_atomic", 3),  # its pairs written, its marker not yet
-    ("scatter_partition", "write_json_atomic", 5),  # its scatter file written, its marker not yet
-    ("gather_shard", "sha256_file", 1),  # the shard written under its temporary name
+    ("pair_partition", "bertprep.build_tasks:write_json_atomic", 3),  # its pairs written, its marker not yet
+    ("scatter_partition", "bertprep.build_tasks:write_json_atomic", 5),  # its scatter file written, its marker not yet
+    ("gather_shard", "bertprep.arrow_writer:sha256_file", 1),  # the shard written under its temporary name
 ])
 def test_a_worker_killed_in_the_middle_of_a_task_is_retried_to_the_same_bytes(inputs, cluster, tmp_path, monkeypatch,
                                                                               task, at, index):

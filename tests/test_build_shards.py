@@ -132,7 +132,7 @@ def test_existing_output_needs_overwrite_and_survives_a_failed_rebuild(corpus, v
         raise OSError(errno.ENOSPC, "No space left on device")
 
     # The scatter files are the bulk of the intermediate writes: fail the first one.
-    monkeypatch.setattr("bertprep.build_tasks.atomic_output", disk_full)
+    monkeypatch.setattr("bertprep.arrow_writer.atomic_output", disk_full)
     config = BuildConfig(workers=1, cache_dir=str(tmp_path / "c"), seed=5)
     with pytest.raises(BertprepError, match="disk full"):
         build_shards(CorpusSpec(paths=(str(corpus),)), vocab, out, config, overwrite=True, progress=False)

@@ -50,7 +50,7 @@ KILL_POINTS = {
     # partition 0 tokenized, its cache file not written, no marker yet
     "tokenizing": ("bertprep.partitions:TokenCache.save", 0),
     # the second shard written to its temporary name, not yet renamed
-    "shard-temporary": ("bertprep.build_tasks:sha256_file", 1),
+    "shard-temporary": ("bertprep.arrow_writer:sha256_file", 1),
     # manifest.json written in OUT.partial, not yet renamed to OUT
     "manifest-before-publish": ("bertprep.build:_publish", 0),
 }
@@ -103,7 +103,7 @@ def test_a_second_concurrent_build_is_refused(build, tmp_path):
     out = tmp_path / "out"
     args = ["build-shards", *build["options"], "--out", out, "--cache-dir", tmp_path / "cache"]
     resume = tmp_path / "resume"
-    first = start_paused("bertprep.build_tasks:sha256_file", "prep", args, tmp_path / "paused", resume=resume)
+    first = start_paused("bertprep.arrow_writer:sha256_file", "prep", args, tmp_path / "paused", resume=resume)
     try:
         import subprocess
 
@@ -151,7 +151,7 @@ def test_build_disk_full_patched(tmp_path, monkeypatch):
     side, this the CLI's line."""
     corpus = write_corpus(tmp_path / "corpus.txt", documents=40)
     vocab = write_vocab(tmp_path / "vocab.txt")
-    monkeypatch.setattr("bertprep.build_tasks.atomic_output", _disk_full)
+    monkeypatch.setattr("bertprep.arrow_writer.atomic_output", _disk_full)
     out = tmp_path / "out"
     result = invoke(prep_main, "build-shards", corpus, "--tokenizer", vocab, "--out", out, "--workers", 1,
                     "--quiet", "--cache-dir", tmp_path / "cache")
