@@ -143,7 +143,9 @@ class RayExecutor:
         except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                 ray.exceptions.OutOfMemoryError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BertprepError(f"a Ray task failed {self.max_retries + 1} times ({type(exc).__name__}: {first}); "
+            attempts = self.max_retries + 1
+            raise BertprepError(f"a Ray task was lost on {'all ' if attempts > 1 else ''}{attempts} "
+                                f"attempt{'s' if attempts > 1 else ''} ({type(exc).__name__}: {first}); "
                                 "run the same command again to resume") from None
 
 
