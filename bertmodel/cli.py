@@ -68,6 +68,8 @@ def _opt(name: str, **kwargs):
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @_opt("--precision", type=click.Choice(["bf16", "fp32"]), help="Default: bf16 autocast on CUDA, fp32 on CPU.")
 @click.option("--compile/--no-compile", default=False, show_default=True, help="torch.compile the model.")
+@_opt("--unpad", type=click.Choice(["auto", "on", "off"]), help="on: compute only the real tokens of each batch "
+      "(packed; no work on padding); off: padded; auto: what measured faster on the device (padded on CPU).")
 @_opt("--masking", type=click.Choice(["static", "dynamic"]), help="static: the shards' masks; dynamic: the original "
       "tokens masked afresh every epoch with bertprep's rules (RoBERTa), exact on resume.")
 @_opt("--mask-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True), help="With --masking dynamic: share "

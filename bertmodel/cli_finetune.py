@@ -77,6 +77,8 @@ def training_options(fn):
              "--max-steps (rerun to continue)."),
         _opt("--seed", type=int, help="Seed of the new head, dropout and data order (CPU runs repeat exactly)."),
         _opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available."),
+        _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help="on: compute only the real tokens of each "
+             "batch (packed); off: padded; auto: what measured faster on the device (padded on CPU)."),
         _opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: every epoch)."),
         _opt("--save-every", type=click.IntRange(min=1), help="Checkpoint every N steps [default: every epoch]."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),

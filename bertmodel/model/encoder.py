@@ -7,7 +7,9 @@ Module and parameter names are exactly those of `transformers.BertModel` (under 
   (the three `Linear`s are kept for their names; their weights are concatenated per call);
 - a head that reads only some positions (MLM slots, [CLS]) passes them as
   `query_index`: the last layer then computes only those rows (see Encoder);
-- there are no position_ids / token_type_ids buffers (positions are a slice of the table).
+- there are no position_ids / token_type_ids buffers (positions are a slice of the table);
+- with `unpad` set (model/unpad.py) only the real tokens are computed, packed as (N, H),
+  with the same results at every real position.
 Shapes: B batch, T padded sequence length, H hidden, A heads, D = H / A, P predictions,
 V vocabulary.
 """
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertmodel.config import BertConfig
+from bertmodel.model.unpad import Packing
 
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
@@ -32,6 +35,12 @@ class Embeddings(nn.Module):
         T = input_ids.shape[1]
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)  # (B, T, H)
         x = x + self.position_embeddings.weight[:T]  # positions 0..T-1, broadcast over B
+        return self.dropout(self.LayerNorm(x))
+
+    def packed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, packing: Packing) -> torch.Tensor:
+        """The real tokens' embeddings, (N, H)."""
+        x = (self.word_embeddings(packing.pack(input_ids)) + self.token_type_embeddings(packing.pack(token_type_ids))
+             + self.position_embeddings(packing.positions()))
         return self.dropout(self.LayerNorm(x))
 
 
@@ -65,9 +74,12 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, xq: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask, xq: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, H) -> (B, T, H); or, given query rows xq (B, Q, H), only those rows
-        attend (to all of x) and (B, Q, H) comes back."""
+        attend (to all of x) and (B, Q, H) comes back. With mask a Packing, x is the
+        packed (N, H) and so is the result (or (B, Q, H) at xq)."""
+        if isinstance(mask, Packing):
+            return self._packed(x, mask, xq)
         B, T, H = x.shape
         A, D = self.num_heads, H // self.num_heads
         s = self.self
@@ -86,6 +98,20 @@ class Attention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Q, H)
         return self.output(y, xq)
+
+    def _packed(self, x: torch.Tensor, packing: Packing, xq: torch.Tensor | None) -> torch.Tensor:
+        s, H = self.self, x.shape[-1]
+        dropout_p = self.dropout_p if self.training else 0.0
+        if xq is None:
+            weight = torch.cat([s.query.weight, s.key.weight, s.value.weight])
+            bias = torch.cat([s.query.bias, s.key.bias, s.value.bias])
+            q, k, v = F.linear(x, weight, bias).split(H, dim=-1)  # (N, H) each
+            return self.output(packing.attend(q, k, v, self.num_heads, dropout_p), x)
+        B, Q, _ = xq.shape
+        k, v = F.linear(x, torch.cat([s.key.weight, s.value.weight]),
+                        torch.cat([s.key.bias, s.value.bias])).split(H, dim=-1)
+        y = packing.attend(s.query(xq).reshape(B * Q, H), k, v, self.num_heads, dropout_p, queries_per_seq=Q)
+        return self.output(y.view(B, Q, H), xq)
 
 
 class Intermediate(nn.Module):
@@ -106,10 +132,14 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = DenseLayerNorm(config.intermediate_size, config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, query_index: torch.Tensor | None = None):
-        """query_index (B, Q): compute the output only at these positions -> (B, Q, H)."""
+    def forward(self, x: torch.Tensor, mask, query_index: torch.Tensor | None = None):
+        """query_index (B, Q): compute the output only at these positions -> (B, Q, H).
+        Packed (mask a Packing, x (N, H)): the same, query_index still per sequence."""
         xq = None
-        if query_index is not None:
+        if query_index is not None and isinstance(mask, Packing):
+            B, Q = query_index.shape
+            xq = x.index_select(0, mask.query_rows(query_index)).view(B, Q, -1)  # (B, Q, H)
+        elif query_index is not None:
             xq = x.gather(1, query_index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))  # (B, Q, H)
         x = self.attention(x, mask, xq)
         return self.output(self.intermediate(x), x)
@@ -120,7 +150,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+    def forward(self, x: torch.Tensor, mask,
                 query_index: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, H) -> (B, T, H), or (B, Q, H) at query_index: the last layer then runs
         its queries, feed-forward and LayerNorms only there (keys/values still use all T)."""
@@ -146,9 +176,15 @@ class BertModel(nn.Module):
         self.encoder = Encoder(config)
         # transformers' BertForQuestionAnswering and BertForMaskedLM have no pooler.
         self.pooler = Pooler(config) if add_pooling_layer else None
+        self.unpad: str | None = None  # a model/unpad.py kernel: compute real tokens only
 
     def forward(self, input_ids, token_type_ids, attention_mask, query_index=None) -> torch.Tensor:
-        """Hidden states (B, T, H), or (B, Q, H) at query_index (see Encoder)."""
+        """Hidden states (B, T, H), or (B, Q, H) at query_index (see Encoder). Unpadded,
+        the same values at real tokens and zeros at padding."""
+        if self.unpad is not None and attention_mask is not None:
+            packing = Packing.from_mask(attention_mask, self.unpad)
+            x = self.encoder(self.embeddings.packed(input_ids, token_type_ids, packing), packing, query_index)
+            return x if query_index is not None else packing.unpack(x)
         # (B, T) 1/0 -> (B, 1, 1, T) bool, True = may attend; broadcast over heads and queries.
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         return self.encoder(self.embeddings(input_ids, token_type_ids), mask, query_index)

@@ -230,6 +230,7 @@ class BertForQuestionAnswering(BertWithHead):
 
     hf_architecture = "BertForQuestionAnswering"
     has_pooler = False
+    reads_padding = True  # start/end softmax over all T positions: never unpadded (model/unpad.py)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)

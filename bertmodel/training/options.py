@@ -35,6 +35,9 @@ class LoopConfig:
     precision: str | None = None
     """"bf16" (autocast) or "fp32"; None: bf16 on CUDA, fp32 on CPU."""
     compile: bool = False
+    unpad: str = "auto"
+    """"on": compute only the real tokens of each batch (packed, model/unpad.py); "off": padded;
+    "auto": whichever benchmarks/bench_train_step.py measured faster on the device (padded on CPU)."""
     save_every: int = 1000
     keep_last: int = 3
     eval_every: int = 0
@@ -55,6 +58,8 @@ class LoopConfig:
                      "max_bad_steps"):  # max_steps / save_every may wait for the data (finetune)
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise BertmodelError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.unpad not in ("auto", "on", "off"):
+            raise BertmodelError(f"unpad must be auto, on or off, got {self.unpad!r}")
         if self.precision not in (None, "bf16", "fp32"):
             raise BertmodelError(f"precision must be bf16 or fp32, got {self.precision!r}")
         if not 0 <= self.warmup_ratio <= 1:

@@ -26,6 +26,8 @@ from bertmodel import parallel
 from bertmodel.data import BatchLoader, SampleOrder
 from bertmodel.errors import BertmodelError
 from bertmodel.metrics import MetricsWriter, format_count
+from bertmodel.model.unpad import resolve as resolve_unpad
+from bertmodel.model.unpad import set_unpad
 from bertmodel.optim import build_optimizer
 from bertmodel.training.loop import Trainer
 from bertprep.errors import BertprepError, check_parent_is_directory
@@ -177,6 +179,8 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         model = task.fresh_model(log)
     config = model.config
     model.to(d.device)
+    unpad = resolve_unpad(cfg.unpad, d.device)
+    set_unpad(model, unpad)  # an attribute, not weights: checkpoints and exports are unchanged
     optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
     step, cursor, bad_total = 0, 0, 0
     if resume is not None:
@@ -198,7 +202,8 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     writer = _metrics_writer(cfg, run, step) if d.is_main else None
     log(f"model: {format_count(model.num_params())} parameters ({config.num_hidden_layers} layers, hidden "
         f"{config.hidden_size}, {config.num_attention_heads} heads); data: {rows:,} samples; global batch "
-        f"{global_batch:,}; {d.world} x {d.device.type}, {precision}{', compiled' if cfg.compile else ''}")
+        f"{global_batch:,}; {d.world} x {d.device.type}, {precision}{', compiled' if cfg.compile else ''}"
+        f"{f', unpadded ({unpad})' if unpad else ''}")
     trainer = Trainer(cfg, task, d, run, model, train_model, config, optimizer, cfg.lr_schedule(), loader,
                       writer, autocast, log, step=step, cursor=cursor, bad_total=bad_total,
                       best=(resume or {}).get("best"))
