@@ -107,7 +107,7 @@ TRAIN_TOKENIZER = [
     (["--min-frequency", "-1"], 2, "Invalid value for '--min-frequency': -1 is not in the range x>=0."),
     (["--limit-alphabet", "0"], 2, "Invalid value for '--limit-alphabet': 0 is not in the range x>=1."),
     (["--max-chars-per-word", "0"], 2, "Invalid value for '--max-chars-per-word': 0 is not in the range x>=1."),
-    (["--sentences", "words"], 2, "Invalid value for '--sentences': 'words' is not one of 'lines', 'split'."),
+    (["--sentences", "words"], 2, "Invalid value for '--sentences': 'words' is not one of 'lines', 'split', 'prose'."),
 ]
 
 
@@ -173,7 +173,7 @@ def test_pretrain_output_paths(shards, tmp_path):
     (theirs / "notes.txt").write_text("keep me")
     result = invoke(model_main, *base, "--out", theirs)
     assert one_line_error(result, theirs, exit_code=1) == (
-        f"{theirs}: exists and is not a pretrain run directory (no checkpoints/ or metrics.jsonl); "
+        f"{theirs}: exists and is not a run directory (no checkpoints/ or metrics.jsonl); "
         "choose a new or empty --out")
     assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
     result = invoke(model_main, *base, "--out", tmp_path / "run", "--data", a_file)

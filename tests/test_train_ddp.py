@@ -29,6 +29,7 @@ def test_ddp_two_ranks_train_and_resume_exactly(tmp_path):
               "--log-every", 1, "--lr", "1e-3", "--warmup-steps", 1, "--save-every", 100, "--no-progress"]
     done = torchrun(*common, "--out", tmp_path / "straight")
     assert done.stdout.count("model: ") == 1  # only rank 0 logs
+    assert done.stdout.count(f"{tmp_path / 'straight'}: step 4") == 1  # and prints the summary, once
     torchrun(*common, "--out", tmp_path / "resumed", "--stop-at", 2)
     torchrun(*common, "--out", tmp_path / "resumed")
     a = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "straight"))
@@ -59,5 +60,5 @@ def test_a_damaged_shard_found_by_one_rank_stops_every_rank(tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert f"{second.name}: sha256 differs from manifest.json" in output
-    assert "another rank found a problem with the shards" in output
+    assert "another rank found a problem with the training data (shards or files)" in output
     assert not (tmp_path / "run" / "checkpoints").exists()

@@ -163,13 +163,9 @@ def run_training(cfg, make_task, log) -> dict:
 
 
 def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
-    task = all_ranks(lambda: make_task(d, log), d, "the data")
+    task = all_ranks(lambda: make_task(d, log), d, "the training data (shards or files)")
     rows = len(task.train_set)
     global_batch = cfg.batch_size * cfg.grad_accum * d.world
-    if global_batch > rows:
-        raise BertmodelError(f"the global batch ({cfg.batch_size:,} x {cfg.grad_accum} accumulation x {d.world} "
-                             f"ranks = {global_batch:,}) is larger than the training data ({rows:,} samples); "
-                             "lower --batch-size")
     latest = ckpt.latest_checkpoint(run)
     resume = ckpt.load_checkpoint(latest) if latest else None
     if resume is not None:
@@ -178,6 +174,10 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         torch.manual_seed(cfg.seed)  # the initial weights depend on the seed only
         model = task.fresh_model(log)
     config = model.config
+    if global_batch > rows:  # checked once the model options are known to be valid
+        raise BertmodelError(f"the global batch ({cfg.batch_size:,} x {cfg.grad_accum} accumulation x {d.world} "
+                             f"ranks = {global_batch:,}) is larger than the training data ({rows:,} samples); "
+                             "lower --batch-size")
     model.to(d.device)
     unpad = resolve_unpad(cfg.unpad, d.device)
     set_unpad(model, unpad)  # an attribute, not weights: checkpoints and exports are unchanged

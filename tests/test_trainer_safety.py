@@ -1,0 +1,147 @@
+"""What a training run must never do to a user: overwrite their files on export, train
+without a tokenizer, accept changed options silently on resume, let two runs write one
+directory, or take a global batch larger than the data; and a model directory with only
+tokenizer.json is a tokenizer everywhere."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from bertmodel.cli import main
+from bertmodel.config import BertConfig
+from bertmodel.data.shards import tokenizer_info
+from bertmodel.hf import export_hf, load_pretrained
+from bertmodel.model import BertForPreTraining
+from bertmodel.testing import small_shard_dir
+from bertprep.lock import DirectoryLock
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return small_shard_dir(tmp_path_factory.mktemp("safety") / "small", rows=48)
+
+
+def pretrain(shards, out, *extra):
+    args = ["pretrain", "--data", str(shards), "--out", str(out), "--preset", "tiny", "--batch-size", "4",
+            "--max-steps", "2", "--save-every", "2", "--no-progress", *map(str, extra)]
+    return CliRunner().invoke(main, args)
+
+
+@pytest.fixture(scope="module")
+def run(shards, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "run"
+    result = pretrain(shards, out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_export_refuses_a_non_empty_directory_and_keeps_its_files(run, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("important")
+    result = CliRunner().invoke(main, ["export-hf", str(run), str(victim)])
+    assert result.exit_code == 1
+    assert result.output == f"Error: {victim}: is not empty; pass --overwrite to replace what it holds\n"
+    assert (victim / "notes.txt").read_text() == "important"
+    result = CliRunner().invoke(main, ["export-hf", str(run), str(victim), "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert not (victim / "notes.txt").exists() and (victim / "config.json").is_file()
+
+
+@pytest.mark.parametrize("target", ["run", "run/hf", "run/checkpoints", "parent"])
+def test_export_never_replaces_its_own_source(run, target):
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    out = {"run": run, "run/hf": run / "hf", "run/checkpoints": run / "checkpoints", "parent": run.parent}[target]
+    source = run / "hf" if target == "run/hf" else run
+    result = CliRunner().invoke(main, ["export-hf", str(source), str(out), "--overwrite"])
+    assert result.exit_code == 1 and "is (or contains, or lies inside) the model being exported" in result.output
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+
+
+def test_export_writes_files_with_the_usual_mode(run, tmp_path):
+    result = CliRunner().invoke(main, ["export-hf", str(run), str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("model.safetensors", "config.json"):
+        assert stat.S_IMODE((tmp_path / "out" / name).stat().st_mode) == 0o666 & ~mask, name
+
+
+def test_shards_without_tokenizer_files_are_refused(shards, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for p in shards.iterdir():
+        if p.name not in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (bare / p.name).write_bytes(p.read_bytes())
+    result = pretrain(bare, tmp_path / "run")
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {bare}: the shards carry no tokenizer files (vocab.txt or tokenizer.json); "
+                             "pass --tokenizer with the one they were built with\n")
+    assert not (tmp_path / "run").exists()
+    result = pretrain(bare, tmp_path / "run", "--tokenizer", shards / "vocab.txt")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "hf" / "vocab.txt").is_file()
+
+
+@pytest.mark.parametrize("option, old, new", [("--max-steps", 2, 4), ("--lr", "0.0001", "0.001"),
+                                              ("--weight-decay", "0.01", "0.1"), ("--optimizer", "adamw", "lamb"),
+                                              ("--batch-size", 4, 2)])
+def test_resume_refuses_changed_options_unless_allowed(shards, tmp_path, option, old, new):
+    out = tmp_path / "run"
+    assert pretrain(shards, out, option, old).exit_code == 0
+    result = pretrain(shards, out, option, new)
+    assert result.exit_code == 1
+    assert f"resuming with changed options ({option} {old} -> {new})" in result.output
+    assert "--allow-changed-options" in result.output
+    result = pretrain(shards, out, option, new, "--allow-changed-options")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_second_run_into_the_same_directory_is_refused(shards, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with DirectoryLock(out, what="training run"):  # as a running pretrain holds it
+        result = pretrain(shards, out)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {out}: another training run (pid {os.getpid()}) is writing here; "
+                             "wait for it to finish\n")
+    assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
+
+
+def test_a_global_batch_larger_than_the_data_is_refused(shards, tmp_path):
+    result = pretrain(shards, tmp_path / "run", "--batch-size", 100000)
+    assert result.exit_code == 1
+    assert result.output == ("Error: the global batch (100,000 x 1 accumulation x 1 ranks = 100,000) is larger than "
+                             "the training data (48 samples); lower --batch-size\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_preset_that_conflicts_with_init_from_is_refused(run, shards, tmp_path):
+    result = pretrain(shards, tmp_path / "again", "--init-from", run, "--preset", "mini")
+    assert result.exit_code == 1 and "--preset mini (4/256/4) conflicts with" in result.output
+    ok = CliRunner().invoke(main, ["pretrain", "--data", str(shards), "--out", str(tmp_path / "same"),
+                                   "--init-from", str(run), "--preset", "tiny", "--batch-size", "4",
+                                   "--max-steps", "1", "--no-progress"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_a_model_dir_with_only_tokenizer_json_is_a_tokenizer(shards, tmp_path):
+    """transformers 5 saves tokenizer.json and no vocab.txt."""
+    tok = tokenizer_info(shards)
+    hf = tmp_path / "hf"
+    export_hf(BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size)), hf, tokenizer=tok)
+    (hf / "vocab.txt").unlink()
+    pre = load_pretrained(hf)
+    assert pre.tokenizer is not None and pre.tokenizer.same_as(tok) is None
+    result = CliRunner().invoke(main, ["fill-mask", str(hf), "w1 [MASK] w3", "--top-k", "2"])
+    assert result.exit_code == 0, result.output
+    result = pretrain(shards, tmp_path / "run", "--init-from", hf)
+    assert result.exit_code == 0, result.output
+    assert "no tokenizer files" not in result.output
+    out = CliRunner().invoke(main, ["export-hf", str(hf), str(tmp_path / "exported")])
+    assert out.exit_code == 0, out.output
+    assert json.loads((tmp_path / "exported" / "config.json").read_text())["vocab_size"] == tok.vocab_size
