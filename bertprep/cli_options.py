@@ -50,16 +50,6 @@ def size_text(n_bytes: int) -> str:
     return str(n_bytes)
 
 
-def size_text(n_bytes: int) -> str:
-    """The inverse of parse_size, in the largest unit that is exact: 8388608 -> "8MiB",
-    500000000 -> "500MB", 1234 -> "1234"."""
-    for unit in ("TiB", "TB", "GiB", "GB", "MiB", "MB", "KiB", "KB"):
-        size = _UNITS[unit.lower()]
-        if n_bytes >= size and n_bytes % size == 0:
-            return f"{n_bytes // size}{unit}"
-    return str(n_bytes)
-
-
 class SizeParamType(click.ParamType):
     """A byte count written as 123, 10KB, 1.5GB or 20MiB."""
 
