@@ -9,9 +9,9 @@ clipping at 1.0, dropout 0.1, batches padded to their longest row, fp32, the see
 label ids are the sorted label set for both. Quality is measured on the first
 --max-eval-rows dev rows with the same metric code (bertmodel.eval.classification) on
 the final weights of each run. Time per epoch is the wall time from loading the model
-and tokenizing to the end of training (ours includes writing its final checkpoint and
-RUN/hf; the Trainer saves nothing), divided by the epochs; also the Trainer's own
-`train_runtime`. Runs alternate ours/Trainer per seed, so a busy machine slows both.
+and tokenizing to the end of training, divided by the epochs: both write a resumable
+checkpoint (weights, optimizer, schedule, RNG) every epoch (ours also RUN/hf); also
+the Trainer's own `train_runtime`. Runs alternate ours/Trainer per seed, so a busy machine slows both.
 
 Tasks: rte (sentence pairs) and cola (single sentences, header-less TSV).
 Run:   .venv/bin/python benchmarks/bench_finetune.py --epochs 1 --max-train-rows 480 --seeds 1,2,3
@@ -123,7 +123,7 @@ def run_trainer(model, train, dev, pair, seed, args, work) -> dict:
     targs = TrainingArguments(output_dir=str(work / f"trainer-{train.stem}-{seed}"), num_train_epochs=args.epochs,
                               per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
                               learning_rate=args.lr, warmup_steps=args.warmup, weight_decay=0.01, max_grad_norm=1.0,
-                              lr_scheduler_type="linear", seed=seed, save_strategy="no", eval_strategy="no",
+                              lr_scheduler_type="linear", seed=seed, save_strategy="epoch", eval_strategy="no",
                               logging_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
                               dataloader_num_workers=0)
     trainer = Trainer(model=net, args=targs, train_dataset=train_set, data_collator=DataCollatorWithPadding(tok))
