@@ -1,24 +1,39 @@
-"""Training-step time of bertmodel vs transformers.BertForPreTraining, and data-loading rate.
+"""Training-step time of bertmodel against transformers, and of our own variants
+(unpadded, compiled) against our padded eager step, on this CPU.
 
-Same config, same weights, same batch (seq 128, 20 prediction slots), both in training
-mode (dropout on), same optimizer (torch AdamW with our decay groups, fused where this
-torch has it), one step = forward + backward + clip + optimizer step. transformers gets
-labels over the whole sequence (-100 except at the masked positions), as its
-BertForPreTraining requires. By default each model is timed in a fresh process,
-alternating (ours, theirs, ours, theirs), and the median step is reported: CPU timings
-on a shared machine drift, and with both models alive in one process (--same-process)
-our steps measured ~15-25% slower than alone while transformers' did not change, an
-interaction (allocator state, twice the memory) that a real run never has.
+Cases (one batch each, built the same way in every process from fixed seeds):
+  base-128   BertForPreTraining, base, 8 x 128 (the longest of 32 real rows; seq 128, 20 slots)
+  mini-128   BertForPreTraining, mini, 16 x 128
+  sst2-cls   BertForSequenceClassification, base, 32 rows of SST-2-like lengths (mean ~25
+             tokens, drawn from a gamma law, 5..66), padded to the batch's longest
+  base-512   BertForPreTraining, base, 4 rows drawn at random from real phase-2 shards
+             (max_seq_length 512), padded to the batch's longest: where padding costs most
+Variants: ours (padded, eager), unpad (--unpad on), compile (torch.compile, inductor),
+hf (transformers' class, same weights, the same batch; MLM labels over the whole
+sequence, -100 except at the masked positions, as its BertForPreTraining requires).
+One step = forward + backward + clip + AdamW (torch's, our decay groups, fused where
+this torch has it), dropout on.
 
-Targets (issue #4): ours <= 0.5x transformers for mini, <= 0.8x for base.
+Two timing methods, both reported:
+  isolated      every variant in a fresh process, alternating (ours, hf, ours, hf, ...),
+                the median step over all rounds: neither inherits the other's allocator
+                state or memory footprint, as in a real run;
+  same-process  all variants of a case alive in one process, steps interleaved: both see
+                the same moment's machine load, but share one allocator (ours measured
+                ~15-25% slower there than alone while transformers' did not change).
+On a shared machine CPU timings drift with the load: the load average is printed per
+case; ratios within a method are the figures to read.
 
-  python benchmarks/bench_train_step.py [--presets mini base] [--data SHARD_DIR] [--reps 3] [--rounds 2]
-         [--threads N] [--same-process]
+Targets: base-128 ours <= 0.6x hf, mini-128 <= 0.35x, sst2-cls <= 0.5x.
+
+  python benchmarks/bench_train_step.py [--cases base-128 mini-128 sst2-cls base-512] [--reps 3] [--rounds 2]
+         [--threads N] [--methods isolated same-process]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,51 +44,58 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
-from bertmodel.model import BertForPreTraining
-from bertmodel.optim import build_optimizer
 from bertmodel.data.shards import open_shard_dir
-from bertmodel.testing import SHARED, build_corpus_shards, synthetic_rows, wiki_to_reference_layout, write_shard_dir
+from bertmodel.model import BertForPreTraining, BertForSequenceClassification
+from bertmodel.model.unpad import set_unpad
+from bertmodel.optim import build_optimizer
+from bertmodel.testing import SHARED, build_corpus_shards, wiki_to_reference_layout
 
-BATCH = {"tiny": 32, "mini": 16, "small": 8, "medium": 8, "base": 4, "large": 2}
-
-
-def shard_dir(args, tmp: Path) -> Path:
-    """--data, else real shards of Wikipedia text from ../shared/data, else synthetic rows."""
-    if args.data:
-        return Path(args.data)
-    wiki = SHARED / "data" / "enwiki_wikiextractor" / "wiki_00"
-    vocab = SHARED / "data" / "bert-base-uncased-vocab.txt"
-    if wiki.exists() and vocab.exists():
-        text = wiki_to_reference_layout([wiki], tmp / "wiki.txt")
-        return build_corpus_shards(text, vocab, tmp / "shards", dupe_factor=1)
-    vocab = tmp / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-                                *(f"w{i}" for i in range(30522 - 104))]) + "\n")
-    return write_shard_dir(tmp / "shards", synthetic_rows(4096, 30522, seed=0), vocab, batch_rows=1024)
+# case -> (head, preset, batch, shards' max_seq_length, variants)
+CASES = {
+    "base-128": ("pretrain", "base", 8, 128, ("ours", "unpad", "hf")),
+    "mini-128": ("pretrain", "mini", 16, 128, ("ours", "compile", "unpad", "hf")),
+    "sst2-cls": ("classify", "base", 32, 128, ("ours", "unpad", "hf")),
+    "base-512": ("pretrain", "base", 4, 512, ("ours", "unpad")),
+}
+TARGETS = {"base-128": 0.6, "mini-128": 0.35, "sst2-cls": 0.5}
+WIKI = SHARED / "data" / "enwiki_wikiextractor"
+VOCAB = SHARED / "data" / "bert-base-uncased-vocab.txt"
 
 
-def full_batch(ds: ShardDataset, n: int) -> dict:
-    """n full-length rows (seq 128 after padding) as the benchmark batch."""
-    rows = np.random.default_rng(0).permutation(len(ds))[: 4 * n]
+def build_shards(tmp: Path) -> dict[int, Path]:
+    """Real shards of Wikipedia text (../shared/data) at 128 and 512."""
+    text = wiki_to_reference_layout([WIKI / "wiki_00"], tmp / "wiki.txt")
+    return {128: build_corpus_shards(text, VOCAB, tmp / "shards-128", dupe_factor=1),
+            512: build_corpus_shards(text, VOCAB, tmp / "shards-512", dupe_factor=1, max_seq_length=512,
+                                     max_predictions=80)}
+
+
+def pretrain_batch(ds: ShardDataset, n: int, seq: int) -> dict:
+    """At 128: the n longest of 4n random rows (full length, as most phase-1 rows are).
+    At 512: n random rows, padded to the longest, the mix training sees."""
+    rows = np.random.default_rng(0).permutation(len(ds))[: 4 * n if seq == 128 else n]
     b = ds.collate(rows)
     keep = np.argsort(-b["attention_mask"].sum(1), kind="stable")[:n]
     return {k: torch.from_numpy(np.ascontiguousarray(v[keep])) for k, v in b.items()}
 
 
-def hf_model(config: BertConfig, ours: BertForPreTraining):
-    import transformers
+def sst2_batch(n: int, vocab_size: int) -> dict:
+    """SST-2-like: lengths with mean ~25 tokens ([CLS] ... [SEP]), padded to the longest."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(np.round(rng.gamma(4.0, 25 / 4.0, n)), 5, 66).astype(int)
+    T = int(lengths.max())
+    mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
+    ids = rng.integers(1000, vocab_size, (n, T)) * mask
+    ids[:, 0] = 101
+    ids[np.arange(n), lengths - 1] = 102
+    return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.zeros(n, T, dtype=torch.long),
+            "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(rng.integers(0, 2, n))}
 
-    hf = transformers.BertForPreTraining(transformers.BertConfig(**config.to_hf_dict()))
-    hf.load_state_dict(ours.state_dict())
-    hf.param_groups = lambda wd: [  # the same decay groups as ours, for the same optimizer work
-        {"params": [p for p in hf.parameters() if p.dim() >= 2], "weight_decay": wd},
-        {"params": [p for p in hf.parameters() if p.dim() < 2], "weight_decay": 0.0}]
-    return hf
 
-
-def hf_inputs(b: dict) -> dict:
+def hf_pretrain_inputs(b: dict) -> dict:
     labels = torch.full_like(b["input_ids"], -100)
     valid = b["masked_lm_labels"] != -100
     rows = torch.arange(labels.shape[0]).unsqueeze(1).expand_as(valid)
@@ -82,14 +104,29 @@ def hf_inputs(b: dict) -> dict:
                 labels=labels, next_sentence_label=b["next_sentence_label"])
 
 
-def stepper(model, inputs: dict):
+def hf_twin(ours, head: str):
+    import transformers
+
+    hf_config = transformers.BertConfig(**ours.config.to_hf_dict())
+    hf_config.num_labels = 2
+    hf = (transformers.BertForPreTraining if head == "pretrain" else transformers.BertForSequenceClassification)(hf_config)
+    missing, unexpected = hf.load_state_dict(ours.state_dict(), strict=False)
+    assert not unexpected and all("position_ids" in k or "token_type_ids" in k for k in missing), (missing, unexpected)
+    hf.param_groups = lambda wd: [  # the same decay groups as ours, for the same optimizer work
+        {"params": [p for p in hf.parameters() if p.dim() >= 2], "weight_decay": wd},
+        {"params": [p for p in hf.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    return hf
+
+
+def stepper(model, forward, inputs: dict):
+    """One training step of `model` (its parameters, optimizer) run through `forward`."""
     opt = build_optimizer(model, "adamw", 1e-4, 0.01, torch.device("cpu"))
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     model.train()
 
     def step() -> float:
         t = time.perf_counter()
-        loss = model(**inputs).loss
+        loss = forward(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -99,65 +136,100 @@ def stepper(model, inputs: dict):
     return step
 
 
-def build_pair(name: str, ds: ShardDataset):
-    """(batch size, batch, our step fn, transformers' step fn), same weights."""
-    B = BATCH[name]
-    b = full_batch(ds, B)
-    config = BertConfig.preset(name, vocab_size=ds.tokenizer.vocab_size)
+def case_batch(case: str, shards: dict[int, str]) -> tuple[dict, int]:
+    head, preset, B, seq, _ = CASES[case]
+    ds = ShardDataset([open_shard_dir(shards[seq], verify="size")])
+    if head == "classify":
+        return sst2_batch(B, ds.tokenizer.vocab_size), ds.tokenizer.vocab_size
+    return pretrain_batch(ds, B, seq), ds.tokenizer.vocab_size
+
+
+def make_step(case: str, variant: str, b: dict, vocab_size: int):
+    """The step function of one variant; same initial weights for all (seed 0)."""
+    head, preset, _, seq, _ = CASES[case]
+    config = BertConfig.preset(preset, vocab_size=vocab_size)
     torch.manual_seed(0)
-    ours = BertForPreTraining(config)
-    theirs = hf_model(config, ours)
-    return B, b, stepper(ours, b), stepper(theirs, hf_inputs(b))
+    ours = BertForPreTraining(config) if head == "pretrain" else BertForSequenceClassification(config, 2)
+    if variant == "hf":
+        hf = hf_twin(ours, head)
+        return stepper(hf, hf, hf_pretrain_inputs(b) if head == "pretrain" else b)
+    if variant == "unpad":
+        set_unpad(ours, "repad")
+    forward = parallel.wrap(ours, parallel.Dist(), compile=True) if variant == "compile" else ours
+    return stepper(ours, forward, b)
 
 
 def worker(args) -> int:
-    """--worker ours|hf: time one model alone in this process; print the step times (JSON)."""
-    ds = ShardDataset([open_shard_dir(args.data, verify="size")])
-    _, _, ours_step, theirs_step = build_pair(args.presets[0], ds)
-    step = ours_step if args.worker == "ours" else theirs_step
-    step()  # warm-up (allocator, optimizer state)
+    """--worker VARIANT: time one variant of one case alone in this process (JSON out)."""
+    shards = json.loads(args.shards)
+    b, vocab_size = case_batch(args.cases[0], {int(k): v for k, v in shards.items()})
+    step = make_step(args.cases[0], args.worker, b, vocab_size)
+    for _ in range(3 if args.worker == "compile" else 1):  # warm-up: allocator, optimizer state, compilation
+        step()
     print(json.dumps([step() for _ in range(args.reps)]))
     return 0
 
 
-def summarize(name: str, B: int, b: dict, times: dict) -> dict:
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {"preset": name, "batch": B, "seq": b["input_ids"].shape[1], "pred": b["masked_lm_positions"].shape[1],
-            "ours_ms": 1e3 * med["ours"], "theirs_ms": 1e3 * med["theirs"], "ratio": med["ours"] / med["theirs"],
-            "ours_samples_s": B / med["ours"], "spread": {k: (min(v) * 1e3, max(v) * 1e3) for k, v in times.items()}}
-
-
-def bench_isolated(name: str, ds: ShardDataset, directory: Path, args) -> dict:
-    """Each model in a fresh process, alternating (ours, hf, ours, hf, ...): neither
-    inherits the other's allocator state or memory footprint, as in a real run."""
-    times = {"ours": [], "theirs": []}
+def bench_isolated(case: str, shards: dict, args) -> dict:
+    times = {v: [] for v in CASES[case][4]}
     for _ in range(args.rounds):
-        for which, key in (("ours", "ours"), ("hf", "theirs")):
-            cmd = [sys.executable, __file__, "--worker", which, "--presets", name, "--data", str(directory),
-                   "--reps", str(args.reps)] + (["--threads", str(args.threads)] if args.threads else [])
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            times[key].extend(json.loads(done.stdout.strip().splitlines()[-1]))
-    B = BATCH[name]
-    return summarize(name, B, full_batch(ds, B), times)
+        for variant in times:
+            cmd = [sys.executable, __file__, "--worker", variant, "--cases", case, "--shards",
+                   json.dumps({str(k): str(v) for k, v in shards.items()}), "--reps", str(args.reps)]
+            cmd += ["--threads", str(args.threads)] if args.threads else []
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"{case} {variant}: worker failed: {done.stderr.strip()[-1500:]}")
+            times[variant].extend(json.loads(done.stdout.strip().splitlines()[-1]))
+    return times
 
 
-def bench_same_process(name: str, ds: ShardDataset, args) -> dict:
-    """Both models alive in this process, steps interleaved."""
-    B, b, ours_step, theirs_step = build_pair(name, ds)
-    ours_step(), theirs_step()  # warm-up (allocator, optimizer state)
-    times = {"ours": [], "theirs": []}
+def bench_same_process(case: str, shards: dict, args) -> dict:
+    b, vocab_size = case_batch(case, shards)
+    steps = {v: make_step(case, v, b, vocab_size) for v in CASES[case][4]}
+    for variant, step in steps.items():
+        for _ in range(3 if variant == "compile" else 1):
+            step()
+    times = {v: [] for v in steps}
     for _ in range(args.reps * args.rounds):
-        times["ours"].append(ours_step())
-        times["theirs"].append(theirs_step())
-    return summarize(name, B, b, times)
+        for variant, step in steps.items():
+            times[variant].append(step())
+    return times
 
 
-def loading_rate(ds: ShardDataset, batch: int = 256, seconds: float = 3.0) -> tuple[float, float]:
+def describe(case: str, shards: dict) -> str:
+    head, preset, B, seq, _ = CASES[case]
+    b, _ = case_batch(case, shards)
+    mask = b["attention_mask"]
+    real, T = int(mask.sum()), mask.shape[1]
+    return (f"{preset} {head}, batch {B} x {T} padded, {real / B:.1f} real tokens a row on average "
+            f"({1 - real / (B * T):.0%} padding)")
+
+
+def report(case: str, method: str, times: dict, load: float) -> None:
+    med = {v: statistics.median(t) for v, t in times.items()}
+    parts = [f"{v} {1e3 * m:,.0f} ms ({1e3 * min(times[v]):,.0f}-{1e3 * max(times[v]):,.0f})" for v, m in med.items()]
+    print(f"  {method:<13} load {load:4.1f}: " + ", ".join(parts))
+    ratios = []
+    if "hf" in med:
+        target = TARGETS.get(case)
+        verdict = "" if target is None else f" (target <= {target}: {'ok' if med['ours'] / med['hf'] <= target else 'MISSED'})"
+        ratios.append(f"ours/hf {med['ours'] / med['hf']:.2f}{verdict}")
+        if "unpad" in med:
+            ratios.append(f"unpad/hf {med['unpad'] / med['hf']:.2f}")
+    for variant in ("unpad", "compile"):
+        if variant in med:
+            ratios.append(f"{variant}/ours {med[variant] / med['ours']:.2f}")
+    print(f"  {'':<13}           " + ", ".join(ratios))
+
+
+def loading_rate(directory, batch: int = 256, seconds: float = 3.0) -> tuple[float, float]:
     """samples/s of collate alone, and through the prefetching BatchLoader."""
+    ds = ShardDataset([open_shard_dir(directory, verify="size")])
     order = SampleOrder(len(ds), seed=0)
     n, t0, cursor = 0, time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
-        ds.collate(order.take(cursor, batch))
+        ds.collate(order.take(cursor % len(ds), batch))
         cursor += batch
         n += batch
     collate_rate = n / (time.perf_counter() - t0)
@@ -174,15 +246,13 @@ def loading_rate(ds: ShardDataset, batch: int = 256, seconds: float = 3.0) -> tu
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", nargs="+", default=["mini", "base"], choices=list(BATCH))
-    ap.add_argument("--data", help="a shard directory (default: Wikipedia shards built from ../shared/data)")
-    ap.add_argument("--reps", type=int, default=3, help="timed steps per model and round (after one warm-up)")
-    ap.add_argument("--rounds", type=int, default=2, help="alternations of the two models")
-    ap.add_argument("--same-process", action="store_true",
-                    help="both models in this process, steps interleaved (default: one process per model and round)")
-    ap.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)
-    ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice). On a shared machine "
-                    "--threads 1 gives steadier ratios: OpenMP teams stall when another process takes a core")
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--reps", type=int, default=3, help="timed steps per variant and round (after warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of the variants")
+    ap.add_argument("--methods", nargs="+", default=["isolated", "same-process"], choices=["isolated", "same-process"])
+    ap.add_argument("--worker", choices=["ours", "unpad", "compile", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--shards", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -193,36 +263,23 @@ def main(argv=None) -> int:
     except ImportError:
         print("transformers is not installed: pip install 'bertprep[test]'", file=sys.stderr)
         return 1
-    import os
-
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads on {os.cpu_count()} cores "
-          f"(load average {load:.1f}), fused AdamW for both models, "
-          + ("both in one process" if args.same_process else "each model in its own process"))
+    if not (WIKI / "wiki_00").exists() or not VOCAB.exists():
+        print(f"needs the shared Wikipedia text and vocab: {WIKI / 'wiki_00'}, {VOCAB}", file=sys.stderr)
+        return 1
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads on {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f} at the start; fused AdamW for every model; median step (min-max)")
     with tempfile.TemporaryDirectory() as tmp:
-        directory = shard_dir(args, Path(tmp))
-        ds = ShardDataset([open_shard_dir(directory, verify="size")])
-        print(f"data: {directory} ({len(ds):,} rows)")
-        if args.same_process:
-            results = [bench_same_process(p, ds, args) for p in args.presets]
-        else:
-            results = [bench_isolated(p, ds, directory, args) for p in args.presets]
-        collate_rate, loader_rate = loading_rate(ds)
-    targets = {"mini": 0.5, "base": 0.8}
-    print(f"\n{'preset':<8}{'batch':>6}{'seq':>5}{'pred':>5}{'ours ms':>10}{'hf ms':>10}{'ratio':>8}{'target':>8}")
-    for r in results:
-        target = targets.get(r["preset"])
-        verdict = "" if target is None else (" ok" if r["ratio"] <= target else " MISSED")
-        print(f"{r['preset']:<8}{r['batch']:>6}{r['seq']:>5}{r['pred']:>5}{r['ours_ms']:>10,.0f}{r['theirs_ms']:>10,.0f}"
-              f"{r['ratio']:>8.2f}{'<= ' + str(target) if target else '':>8}{verdict}")
-        print(f"{'':<8}min/max ms: ours {r['spread']['ours'][0]:,.0f}/{r['spread']['ours'][1]:,.0f}, "
-              f"hf {r['spread']['theirs'][0]:,.0f}/{r['spread']['theirs'][1]:,.0f}")
-    print(f"\ndata loading: collate {collate_rate:,.0f} samples/s, prefetching loader {loader_rate:,.0f} samples/s")
-    for r in results:
-        print(f"  {r['preset']}: the model consumes {r['ours_samples_s']:,.1f} samples/s on this CPU -> loading is "
-              f"{collate_rate / r['ours_samples_s']:,.0f}x faster")
-    print("  (an H200 training base at 5,000 samples/s needs "
-          f"{5000 / collate_rate:.1%} of one core for collation)")
+        shards = build_shards(Path(tmp))
+        for case in args.cases:
+            print(f"\n{case}: {describe(case, shards)}")
+            for method in args.methods:
+                load = os.getloadavg()[0]
+                times = (bench_isolated if method == "isolated" else bench_same_process)(case, shards, args)
+                report(case, method, times, (load + os.getloadavg()[0]) / 2)
+        collate_rate, loader_rate = loading_rate(shards[128])
+    print(f"\ndata loading (128): collate {collate_rate:,.0f} samples/s, prefetching loader {loader_rate:,.0f} "
+          f"samples/s (an H200 training base at 5,000 samples/s needs {5000 / collate_rate:.1%} of one core)")
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
 
