@@ -184,7 +184,9 @@ def fill_mask_command(model, text, top_k, device):
               help="Folder for every artifact (corpus, tokenizer, shards, run, model); a rerun reuses finished steps.")
 @click.option("--steps", type=click.IntRange(min=1), default=DEMO_STEPS, show_default=True, help="Pre-training steps.")
 @click.option("--preset", type=click.Choice(list(PRESETS)), default="tiny", show_default=True, help="Model size.")
-def demo_command(out, steps, preset):
+@click.option("--finetune-epochs", type=click.FloatRange(min=0, min_open=True), default=3, show_default=True,
+              help="Epochs of the closing fine-tuning step.")
+def demo_command(out, steps, preset, finetune_epochs):
     """Run the whole pipeline on a built-in corpus, printing each command it runs.
 
     The corpus is this Python's standard-library docstrings (no download): train a
@@ -197,7 +199,7 @@ def demo_command(out, steps, preset):
     """
     from bertmodel.demo import run_demo
 
-    run_demo(out, steps=steps, preset=preset)
+    run_demo(out, steps=steps, preset=preset, finetune_epochs=finetune_epochs)
 
 
 @main.command("plot", context_settings=CONTEXT_SETTINGS)

@@ -99,7 +99,8 @@ def summarize_training(run: pathlib.Path) -> list[str]:
     return lines
 
 
-def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool = True) -> None:
+def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool = True,
+             finetune_epochs: float = 3) -> None:
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step = Step(out, verbose)
@@ -164,7 +165,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     click.echo(f"labels: {', '.join(labels)}; {task_train} and {task_dev}")
     finetuned = out / "finetune-run"
     step.run("bertmodel", "finetune", "classify", "--model", str(run), "--train", str(task_train),
-             "--validation", str(task_dev), "--out", str(finetuned), "--epochs", "3", "--batch-size", "32",
+             "--validation", str(task_dev), "--out", str(finetuned), "--epochs", f"{finetune_epochs:g}", "--batch-size", "32",
              "--lr", "2e-4", "--device", "cpu", "--no-progress")
     metrics = json.loads(step.run("bertmodel", "evaluate", str(finetuned)).splitlines()[0])
     click.echo(f"validation accuracy {metrics['accuracy']:.3f} (macro-F1 {metrics['macro_f1']:.3f}); always guessing "
