@@ -7,7 +7,9 @@ Cases (one batch each, built the same way in every process from fixed seeds):
   sst2-cls   BertForSequenceClassification, base, 32 rows of SST-2-like lengths (mean ~25
              tokens, drawn from a gamma law, 5..66), padded to the batch's longest
   base-512   BertForPreTraining, base, 4 rows drawn at random from real phase-2 shards
-             (max_seq_length 512), padded to the batch's longest: where padding costs most
+             (max_seq_length 512), padded to the batch's longest. BERT's pairing fills
+             most rows to the target, so such a batch often holds no padding at all (the
+             4 drawn from wiki_00 are all 512 long): the packing's cost more than its gain
 Variants: ours (padded, eager), unpad (--unpad on), compile (torch.compile, inductor),
 hf (transformers' class, same weights, the same batch; MLM labels over the whole
 sequence, -100 except at the masked positions, as its BertForPreTraining requires).

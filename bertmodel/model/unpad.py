@@ -6,9 +6,11 @@ GELU, LayerNorm, dropout) runs on (N, H) instead of (B, T, H) (MosaicBERT's unpa
 Portes et al. 2023). Attention is the only operation that needs to know where one
 sequence ends; two kernels do it, with the same results:
 - "repad": scatter the packed Q/K/V into (B, T) and call scaled_dot_product_attention
-  with the padding mask, then gather the real rows back. Measured fastest on CPU
-  (benchmarks/bench_train_step.py): torch's CPU SDPA has no kernel for jagged tensors, and a
-  loop of one SDPA call per sequence loses to one batched call;
+  with the padding mask, then gather the real rows back. The CPU choice: torch 2.13's CPU
+  SDPA has no kernel for jagged tensors (it unbinds them to a math path), and attention
+  alone (base dims, forward + backward, 2 loaded cores) took 4-5x the repad time at
+  SST-2-like and 128-token lengths; one SDPA call per sequence took 1.8x at 128 (and
+  between 0.5x and 3x at 512, too noisy there to choose it);
 - "jagged": nested tensors with layout=torch.jagged (one SDPA call, no padding at all),
   so CUDA can run its flash / memory-efficient kernels, which an arbitrary padding mask
   keeps it from. On CPU it falls back to a slow per-sequence math path (correct, tested).
@@ -98,9 +100,11 @@ class Packing:
 def resolve(mode: str, device: torch.device) -> str | None:
     """--unpad auto|on|off on this device -> the kernel to use, or None (padded).
 
-    auto: padded on CPU, where benchmarks/bench_train_step.py measured the padded step
-    faster or no slower at the lengths BERT trains on (figures in its docstring); on
-    CUDA the jagged kernel is what unpadding is for, but it has not been measured here,
+    auto: padded on CPU, where benchmarks/bench_train_step.py measured the packed step
+    1.07-1.33x the padded one on full-length pre-training batches (no padding to save,
+    only the packing's gathers) and 0.87-0.98x on SST-2-like batches (54% padding): a
+    loss where pre-training spends its time, a gain within the noise elsewhere. On CUDA
+    the jagged kernel is what unpadding is for, but it has not been measured on a GPU,
     so auto stays padded there too until benchmarks/gpu_check.py says otherwise.
     """
     if mode not in MODES:
