@@ -100,10 +100,12 @@ class Packing:
 def resolve(mode: str, device: torch.device) -> str | None:
     """--unpad auto|on|off on this device -> the kernel to use, or None (padded).
 
-    auto: padded on CPU, where benchmarks/bench_train_step.py measured the packed step
-    1.07-1.33x the padded one on full-length pre-training batches (no padding to save,
-    only the packing's gathers) and 0.87-0.98x on SST-2-like batches (54% padding): a
-    loss where pre-training spends its time, a gain within the noise elsewhere. On CUDA
+    auto: padded. benchmarks/bench_train_step.py on this 2-core CPU (load 1.8) measured
+    the packed step at 0.96-1.05x the padded one on full-length base batches (8 x 128;
+    1.01x at 4 x 512: nothing to save there) and 0.52x on SST-2-like classification
+    batches (54% padding), so `--unpad on` is the faster choice for fine-tuning on CPU;
+    auto has not been switched to it because every CPU run's dropout draws (and so its
+    exact numbers) would change with the default. On CUDA
     the jagged kernel is what unpadding is for, but it has not been measured on a GPU,
     so auto stays padded there too until benchmarks/gpu_check.py says otherwise.
     """
