@@ -4,7 +4,7 @@
 
 Baselines: (a) `tokenizers` alone encoding the same text (encode_batch, all cores), and
 (b) ../shared/tools/reference_builder.py, a plain implementation of the reference
-algorithm. Targets (issue #3, 2 cores): dupe 1 <= 0.5x and dupe 5 <= 1.0x the
+algorithm. Targets (2 cores): dupe 1 <= 0.5x and dupe 5 <= 1.0x the
 tokenize-only time; peak RSS of the process tree for 4x the text within 1.3x.
 Every build here starts with an empty tokenization cache (a cold build).
 """

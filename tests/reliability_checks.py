@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests (tests/test_reliability_*.py, issue #6).
+"""Helpers of the reliability tests (tests/test_reliability_*.py).
 
 Every user-facing error is one line on stderr, "Error: " first, naming the file and the
 problem, with a non-zero exit and no traceback, and it leaves nothing that looks like a
@@ -10,6 +10,7 @@ import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -121,6 +122,12 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
             proc.kill()
             raise AssertionError("timed out waiting for the process")
         time.sleep(0.01)
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that must answer Ctrl-C: a shell that starts the suite in
+    the background leaves SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_paused(target: str, which: str, args: list, flag: pathlib.Path, after: int = 0,

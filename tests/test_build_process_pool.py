@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from reliability_checks import PAUSE_DEADLINE_EXIT, start_paused
+from reliability_checks import PAUSE_DEADLINE_EXIT, default_sigint, start_paused
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
 TWO_BUILDS = textwrap.dedent("""
@@ -62,7 +62,7 @@ def test_ctrl_c_during_a_build_with_workers_prints_one_line(tmp_path):
             "--quiet", "--partition-size", "4096", "--cache-dir", tmp_path / "cache"]
     # Paused after the pair stage: the workers exist and wait for work.
     proc = start_paused("bertprep.build:_scatter_stage", "prep", args, tmp_path / "paused",
-                        deadline=120, start_new_session=True)
+                        deadline=120, start_new_session=True, preexec_fn=default_sigint)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, output

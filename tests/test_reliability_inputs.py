@@ -1,4 +1,4 @@
-"""Reliability (issue #6): bad input through the real CLIs of train-tokenizer and
+"""Reliability: bad input through the real CLIs of train-tokenizer and
 build-shards. Each bad input gives one line naming the file, a non-zero exit, and leaves
 no TOKDIR, OUT or OUT.partial behind. The corpus reader's own messages are tested in
 tests/test_corpus.py; here the same inputs go through both commands end to end."""

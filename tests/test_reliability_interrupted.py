@@ -1,4 +1,4 @@
-"""Reliability (issue #6): interrupted and repeated runs, and full disks.
+"""Reliability: interrupted and repeated runs, and full disks.
 
 A killed build-shards, rerun with the same command, ends with the same bytes and no
 temporary files; a second build into the same OUT at once is refused; a full disk gives

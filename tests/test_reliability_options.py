@@ -1,4 +1,4 @@
-"""Reliability (issue #6): nonsense options for train-tokenizer, build-shards and
+"""Reliability: nonsense options for train-tokenizer, build-shards and
 pretrain. Each gives one line, "Error: " and the option or path, a non-zero exit, and
 writes nothing. Usage errors (a value click's types reject, a missing option) are one
 line too: no usage block (bertprep.cli.OneLineErrors).

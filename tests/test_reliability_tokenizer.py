@@ -1,4 +1,4 @@
-"""Reliability (issue #6): tokenizer problems. A vocabulary without the special tokens,
+"""Reliability: tokenizer problems. A vocabulary without the special tokens,
 an empty one or a tokenizer.json that is not one stops build-shards (and pretrain's
 --tokenizer) with one line naming the file; a vocabulary beyond the uint16 range makes
 int32 shards that datasets opens and bertmodel trains on. tests/test_tokenizer.py covers

@@ -1,4 +1,4 @@
-"""Reliability (issue #6): what `bertmodel pretrain` does with data it must not train on.
+"""Reliability: what `bertmodel pretrain` does with data it must not train on.
 Each case is one line naming the file, exit 1, and no RUN directory.
 
 The library-level checks are in tests/test_bertmodel_data.py (missing manifest, checksum,

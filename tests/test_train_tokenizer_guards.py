@@ -88,6 +88,7 @@ def test_ctrl_c_stops_training_promptly(tmp_path):
         [sys.executable, "-m", "bertprep", "train-tokenizer", str(corpus), "--out", str(out),
          "--max-chars-per-word", "1000000", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if our shell ignores it
     )
     try:
         deadline = time.monotonic() + 60

@@ -97,15 +97,14 @@ class Packing:
         return self.pack(y) if queries_per_seq is None else y.reshape(-1, H)
 
 
-def resolve(mode: str, device: torch.device) -> str | None:
+def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = None) -> str | None:
     """--unpad auto|on|off on this device -> the kernel to use, or None (padded).
 
-    auto: padded. benchmarks/bench_train_step.py on this 2-core CPU (load 1.8) measured
-    the packed step at 0.96-1.05x the padded one on full-length base batches (8 x 128;
-    1.01x at 4 x 512: nothing to save there) and 0.52x on SST-2-like classification
-    batches (54% padding), so `--unpad on` is the faster choice for fine-tuning on CPU;
-    auto has not been switched to it because every CPU run's dropout draws (and so its
-    exact numbers) would change with the default. On CUDA
+    auto: what benchmarks/bench_train_step.py measured as faster. On a 2-core CPU (load
+    1.8) the packed step took 0.96-1.05x the padded one on full-length pre-training
+    batches (8 x 128; 1.01x at 4 x 512: nothing to save there), so pre-training stays
+    padded; on SST-2-like classification batches (54% padding) it took 0.52x, so
+    sequence classification on the CPU runs packed (repad). On CUDA
     the jagged kernel is what unpadding is for, but it has not been measured on a GPU,
     so auto stays padded there too until benchmarks/gpu_check.py says otherwise.
     """
@@ -113,6 +112,9 @@ def resolve(mode: str, device: torch.device) -> str | None:
         raise BertmodelError(f"unpad must be auto, on or off, got {mode!r}")
     if mode == "on":
         return "jagged" if device.type == "cuda" else "repad"
+    if mode == "auto" and device.type == "cpu" and getattr(model, "hf_architecture", "") == \
+            "BertForSequenceClassification":
+        return "repad"
     return None
 
 

@@ -179,7 +179,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
                              f"ranks = {global_batch:,}) is larger than the training data ({rows:,} samples); "
                              "lower --batch-size")
     model.to(d.device)
-    unpad = resolve_unpad(cfg.unpad, d.device)
+    unpad = resolve_unpad(cfg.unpad, d.device, model)
     set_unpad(model, unpad)  # an attribute, not weights: checkpoints and exports are unchanged
     optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
     step, cursor, bad_total = 0, 0, 0
