@@ -161,7 +161,13 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     step.banner("8/8 Fine-tune it: which package does a docstring sentence document?")
     from bertmodel.demo_task import majority_baseline, write_topic_task
 
-    task_train, task_dev, labels = write_topic_task(out / "topic-task")
+    task_dir = out / "topic-task"
+    if (task_dir / "labels.txt").is_file():  # a rerun reuses the task files
+        task_train, task_dev = task_dir / "train.tsv", task_dir / "dev.tsv"
+        labels = (task_dir / "labels.txt").read_text(encoding="utf-8").split()
+    else:
+        task_train, task_dev, labels = write_topic_task(task_dir)
+        (task_dir / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
     click.echo(f"labels: {', '.join(labels)}; {task_train} and {task_dev}")
     finetuned = out / "finetune-run"
     step.run("bertmodel", "finetune", "classify", "--model", str(run), "--train", str(task_train),

@@ -11,7 +11,7 @@ from bertmodel.cli import main
 @pytest.mark.slow
 def test_demo_runs_the_whole_pipeline_and_leaves_every_artifact(tmp_path):
     out = tmp_path / "demo"
-    result = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20", "--finetune-epochs", "1"])
+    result = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20", "--finetune-epochs", "0.25"])
     assert result.exit_code == 0, result.output
     for step in range(1, 9):
         assert f"== {step}/8 " in result.output
@@ -35,6 +35,6 @@ def test_demo_runs_the_whole_pipeline_and_leaves_every_artifact(tmp_path):
         assert f"Plots: {out / 'plots' / 'shards.png'} " in result.output
 
     # A second run reuses every finished step and still ends with the examples.
-    again = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20", "--finetune-epochs", "1"])
+    again = CliRunner().invoke(main, ["demo", "--out", str(out), "--steps", "20", "--finetune-epochs", "0.25"])
     assert again.exit_code == 0, again.output
     assert "$ bertprep train-tokenizer" not in again.output and "$ bertmodel fill-mask" in again.output
