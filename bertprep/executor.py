@@ -29,6 +29,7 @@ answer it (one line, no worker tracebacks); the parent then stops them.
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
@@ -136,20 +137,20 @@ class LocalExecutor:
         limit = max_in_flight or 2 * self.workers
         pending: set[Future] = set()
         queue = iter(descriptors)
-        exhausted = False
         while True:
-            while not exhausted and len(pending) < limit:
-                try:
-                    descriptor = next(queue)
-                except StopIteration:
-                    exhausted = True
-                    break
+            for descriptor in next_batch(queue, limit - len(pending)):
                 pending.add(pool.submit(fn, descriptor))
             if not pending:
                 return
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
+
+
+def next_batch(queue: Iterator, room: int) -> list:
+    """Up to `room` more descriptors from `queue` (fewer, or none, once it runs out):
+    what an executor submits next so that at most a bounded number are in flight."""
+    return list(itertools.islice(queue, max(0, room)))
 
 
 def make_executor(name: str, workers: int, address: str | None = None):

@@ -19,7 +19,7 @@ import logging
 from typing import Any, Callable, Iterable, Iterator
 
 from bertprep.errors import BertprepError
-from bertprep.executor import ExecutorReport, TaskCost
+from bertprep.executor import ExecutorReport, TaskCost, next_batch
 
 DEFAULT_MAX_RETRIES = 3  # Ray's own default for tasks whose worker dies
 
@@ -114,15 +114,9 @@ class RayExecutor:
         )
         limit = max_in_flight or 2 * self._cluster_cpus()
         queue = iter(descriptors)
-        exhausted = False
         self._pending = pending = []
         while True:
-            while not exhausted and len(pending) < limit:
-                try:
-                    descriptor = next(queue)
-                except StopIteration:
-                    exhausted = True
-                    break
+            for descriptor in next_batch(queue, limit - len(pending)):
                 pending.append(remote.remote(fn, descriptor, self._attempts))
                 self._calls += 1
             if not pending:

@@ -38,5 +38,5 @@ def test_executors_know_nothing_of_bert():
     for name in ("executor.py", "ray_executor.py"):
         used = {m for m in imports(PACKAGE / name) if m.startswith("bertprep.")}
         assert used <= {"bertprep.errors", "bertprep.errors.BertprepError", "bertprep.executor",
-                        "bertprep.executor.ExecutorReport", "bertprep.executor.TaskCost",
+                        "bertprep.executor.ExecutorReport", "bertprep.executor.TaskCost", "bertprep.executor.next_batch",
                         "bertprep.ray_executor", "bertprep.ray_executor.RayExecutor"}, (name, used)
