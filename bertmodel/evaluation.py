@@ -8,6 +8,7 @@ official SQuAD format (QA).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -77,7 +78,7 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu") -> t
     if task.validation is None:
         raise BertmodelError(f"{model}: no evaluation data; pass --data FILE (or --dataset NAME)")
     out_dir = Path(out_dir) if out_dir else Path(model)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if d.device.type == "cuda" else _null()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if d.device.type == "cuda" else contextlib.nullcontext()
     if hasattr(task, "validation_windows"):
         from bertmodel.tasks.qa import write_qa_outputs
 
@@ -125,18 +126,12 @@ def predict_answers(model, questions: list[str], contexts: list[str], device: st
     cfg = task.cfg
     windows = WindowSet(prepare_qa_features(examples, task.tok, cfg.max_seq_length, cfg.doc_stride,
                                             cfg.max_query_length, training=False), 0, 1)
-    _, nbest = task.predict(net, examples, windows, d.device, _null(), cfg.eval_batch_size)
+    _, nbest = task.predict(net, examples, windows, d.device, contextlib.nullcontext(), cfg.eval_batch_size)
     out = []
     for e in examples:
         best = (nbest.get(e.id) or [{"text": "", "probability": 0.0}])[0]
         out.append({"question": e.question, "answer": best["text"], "score": float(best["probability"])})
     return out
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:

@@ -19,8 +19,8 @@ from bertmodel.data.tables import LabelledTexts, read_hub_dataset, read_table
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.classification import classification_metrics, json_ready, regression_metrics
 from bertmodel.model import BertForSequenceClassification
-from bertmodel.tasks.finetuning import (check_length, encoder_flops, forward_all, open_model, pad_multiple,
-                                        start_from, tokenizer_path)
+from bertmodel.tasks.finetuning import (IntervalStats, check_length, encoder_flops, forward_all, open_model,
+                                        pad_multiple, start_from, tokenizer_path)
 
 
 def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts | None:
@@ -50,35 +50,22 @@ class EncodedSet:
         return pad_batch(self.encoded, rows, self.pad_id, self.multiple)
 
 
-class ClassificationStats:
-    """Loss and correct predictions per logging interval, on the device."""
+class ClassificationStats(IntervalStats):
+    """Loss and accuracy (loss only for regression) per logging interval."""
 
     def __init__(self, device: torch.device, regression: bool):
+        super().__init__(device)
         self.regression = regression
-        self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, micro-batches
-        self.samples = 0
 
     @torch.no_grad()
     def add(self, out, tensors: dict) -> None:
         correct = (torch.zeros((), device=self.sums.device) if self.regression
                    else (out.logits.argmax(-1) == tensors["labels"]).sum())
-        self.sums += torch.stack([out.loss.detach().double(), correct.double(),
-                                  torch.ones((), dtype=torch.float64, device=self.sums.device)])
-        self.samples += tensors["labels"].numel()
-
-    def totals(self) -> torch.Tensor:
-        return torch.cat([self.sums, torch.tensor([self.samples], dtype=torch.float64, device=self.sums.device)])
+        self.add_counts(out.loss, correct, tensors["labels"].numel())
 
     def summarize(self, totals: torch.Tensor) -> dict:
-        loss, correct, n, samples = totals.tolist()
-        summary = {"loss": loss / max(1.0, n)}
-        if not self.regression:
-            summary["accuracy"] = correct / max(1.0, samples)
-        return summary
-
-    def reset(self) -> None:
-        self.sums.zero_()
-        self.samples = 0
+        loss, accuracy = self.means(totals)
+        return {"loss": loss} if self.regression else {"loss": loss, "accuracy": accuracy}
 
 
 class ClassificationTask:

@@ -54,6 +54,34 @@ def start_from(model_cls, pre: Pretrained, log, **head) -> torch.nn.Module:
     return model
 
 
+class IntervalStats:
+    """Loss and correct predictions per logging interval, summed on the device (no
+    syncs); the fine-tuning tasks say what "correct" is and how to name it."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, micro-batches
+        self.samples = 0
+
+    @torch.no_grad()
+    def add_counts(self, loss: torch.Tensor, correct: torch.Tensor, samples: int) -> None:
+        one = torch.ones((), dtype=torch.float64, device=self.sums.device)
+        self.sums += torch.stack([loss.detach().double(), correct.double(), one])
+        self.samples += samples
+
+    def totals(self) -> torch.Tensor:
+        return torch.cat([self.sums, torch.tensor([self.samples], dtype=torch.float64, device=self.sums.device)])
+
+    @staticmethod
+    def means(totals: torch.Tensor) -> tuple[float, float]:
+        """(mean loss per micro-batch, correct per sample) from totals summed over ranks."""
+        loss, correct, n, samples = totals.tolist()
+        return loss / max(1.0, n), correct / max(1.0, samples)
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.samples = 0
+
+
 def pad_multiple(device: torch.device) -> int:
     # Multiples of 8 feed tensor cores on CUDA; on a CPU every padded column is wasted work.
     return 8 if device.type == "cuda" else 1

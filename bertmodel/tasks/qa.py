@@ -20,8 +20,8 @@ from bertmodel.data.squad import read_squad
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.squad_metric import squad_metric
 from bertmodel.model import BertForQuestionAnswering
-from bertmodel.tasks.finetuning import (check_length, encoder_flops, forward_all, open_model, pad_multiple,
-                                        start_from, tokenizer_path)
+from bertmodel.tasks.finetuning import (IntervalStats, check_length, encoder_flops, forward_all, open_model,
+                                        pad_multiple, start_from, tokenizer_path)
 
 
 def read_examples(cfg, which: str):
@@ -51,31 +51,18 @@ class WindowSet:
         return batch
 
 
-class QAStats:
-    """Loss and exact start/end hits per logging interval."""
-
-    def __init__(self, device: torch.device):
-        self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, both-correct, micro-batches
-        self.samples = 0
+class QAStats(IntervalStats):
+    """Loss and exact start/end hits (span_acc) per logging interval."""
 
     @torch.no_grad()
     def add(self, out, tensors: dict) -> None:
         hit = ((out.start_logits.argmax(-1) == tensors["start_positions"])
                & (out.end_logits.argmax(-1) == tensors["end_positions"])).sum()
-        self.sums += torch.stack([out.loss.detach().double(), hit.double(),
-                                  torch.ones((), dtype=torch.float64, device=self.sums.device)])
-        self.samples += tensors["start_positions"].numel()
-
-    def totals(self) -> torch.Tensor:
-        return torch.cat([self.sums, torch.tensor([self.samples], dtype=torch.float64, device=self.sums.device)])
+        self.add_counts(out.loss, hit, tensors["start_positions"].numel())
 
     def summarize(self, totals: torch.Tensor) -> dict:
-        loss, hits, n, samples = totals.tolist()
-        return {"loss": loss / max(1.0, n), "span_acc": hits / max(1.0, samples)}
-
-    def reset(self) -> None:
-        self.sums.zero_()
-        self.samples = 0
+        loss, span_acc = self.means(totals)
+        return {"loss": loss, "span_acc": span_acc}
 
 
 class QATask:
