@@ -155,27 +155,30 @@ def export_hf_command(checkpoint, out_dir, tokenizer, overwrite):
 
 @main.command("fill-mask", context_settings=CONTEXT_SETTINGS)
 @click.argument("model", type=EXISTING)
-@click.argument("text")
+@click.argument("texts", metavar="TEXT...", nargs=-1, required=True)
 @click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True, help="Guesses per [MASK].")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where to run the model.")
 @user_errors
-def fill_mask_command(model, text, top_k, device):
-    """Print the model's top guesses for each [MASK] in TEXT. MODEL is a run dir, a
-    checkpoint dir or an HF dir; the tokenizer stored with it is used.
+def fill_mask_command(model, texts, top_k, device):
+    """Print the model's top guesses for each [MASK] in each TEXT (the model is loaded
+    once). MODEL is a run dir, a checkpoint dir or an HF dir; the tokenizer stored with
+    it is used.
 
     \b
     Example:
       bertmodel fill-mask run/ "The capital of France is [MASK]." --top-k 5
     """
-    from bertmodel.infer import fill_mask
+    from bertmodel.infer import fill_masks
     from bertmodel.parallel import resolve_device
 
-    guesses = fill_mask(model, text, top_k=top_k, device=resolve_device(device))
-    for n, options in enumerate(guesses, 1):
-        click.echo(f"[MASK] {n}:")
-        for g in options:
-            click.echo(f"  {g.token:<20} {g.prob:.4f}")
+    for text, guesses in zip(texts, fill_masks(model, list(texts), top_k=top_k, device=resolve_device(device))):
+        if len(texts) > 1:
+            click.echo(text)
+        for n, options in enumerate(guesses, 1):
+            click.echo(f"[MASK] {n}:")
+            for g in options:
+                click.echo(f"  {g.token:<20} {g.prob:.4f}")
 
 
 

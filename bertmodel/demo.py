@@ -155,8 +155,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     step.run("bertmodel", "export-hf", str(run), str(model), "--overwrite")  # a rerun refreshes it
 
     step.banner("7/8 Ask it to fill in the blanks")
-    for text in FILL_MASK_EXAMPLES:
-        step.run("bertmodel", "fill-mask", str(model), text, "--top-k", "5")
+    step.run("bertmodel", "fill-mask", str(model), *FILL_MASK_EXAMPLES, "--top-k", "5")
 
     step.banner("8/8 Fine-tune it: which package does a docstring sentence document?")
     from bertmodel.demo_task import majority_baseline, write_topic_task

@@ -46,11 +46,18 @@ def encode_with_masks(tokenizer, text: str, special: dict) -> list[int]:
     return ids + [special["sep"]]
 
 
-@torch.no_grad()
 def fill_mask(model_path, text: str, top_k: int = 5, device: str = "cpu") -> list[list[Guess]]:
     """Top-k (token, probability) for each [MASK] in `text`, left to right."""
-    if MASK_TEXT not in text:
-        raise BertmodelError(f"the text has no {MASK_TEXT} to fill")
+    return fill_masks(model_path, [text], top_k=top_k, device=device)[0]
+
+
+@torch.no_grad()
+def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu") -> list[list[list[Guess]]]:
+    """`fill_mask` for several texts with the model loaded once (each text its own forward,
+    so no padding enters the guesses)."""
+    for text in texts:
+        if MASK_TEXT not in text:
+            raise BertmodelError(f"the text has no {MASK_TEXT} to fill" + (f": {text!r}" if len(texts) > 1 else ""))
     pre = load_pretrained(model_path)
     if pre.tokenizer is None:
         raise BertmodelError(f"{pre.source}: no tokenizer files (vocab.txt) stored with the model")
@@ -59,15 +66,20 @@ def fill_mask(model_path, text: str, top_k: int = 5, device: str = "cpu") -> lis
     if missing:
         raise BertmodelError(f"{pre.source}: the tokenizer lacks {', '.join(missing)}")
     tokenizer = load_tokenizer(pre.tokenizer)
-    ids = encode_with_masks(tokenizer, text, special)
-    if len(ids) > pre.config.max_position_embeddings:
-        raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
-                             f"{pre.config.max_position_embeddings} positions")
+    encoded = [encode_with_masks(tokenizer, text, special) for text in texts]
+    for ids in encoded:
+        if len(ids) > pre.config.max_position_embeddings:
+            raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
+                                 f"{pre.config.max_position_embeddings} positions")
     model = BertForPreTraining(pre.config)
     load_into(model, pre)
     model.to(device).eval()
+    return [_guesses(model, tokenizer, ids, special["mask"], top_k, device) for ids in encoded]
+
+
+def _guesses(model, tokenizer, ids: list[int], mask_id: int, top_k: int, device) -> list[list[Guess]]:
     input_ids = torch.tensor([ids], device=device)
-    positions = torch.tensor([[i for i, t in enumerate(ids) if t == special["mask"]]], device=device)
+    positions = torch.tensor([[i for i, t in enumerate(ids) if t == mask_id]], device=device)
     out = model(input_ids, torch.zeros_like(input_ids), torch.ones_like(input_ids), positions)
     probs = out.mlm_logits[0].float().softmax(-1)  # (masks, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)

@@ -223,6 +223,13 @@ def test_fill_mask(shards, tmp_path):
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
     result = run_cli("fill-mask", tmp_path / "run", "no mask here")
     assert result.exit_code == 1 and result.output == "Error: the text has no [MASK] to fill\n"
+    # Several texts, the model loaded once: each text's guesses are those it gets alone.
+    texts = ["w1 w2 [MASK] w4 [MASK]", "[MASK] w3"]
+    alone = [run_cli("fill-mask", tmp_path / "run", t, "--top-k", 3).output for t in texts]
+    together = run_cli("fill-mask", tmp_path / "run", *texts, "--top-k", 3)
+    assert together.exit_code == 0 and together.output == "".join(f"{t}\n{o}" for t, o in zip(texts, alone))
+    result = run_cli("fill-mask", tmp_path / "run", texts[0], "no mask here")
+    assert result.exit_code == 1 and result.output == "Error: the text has no [MASK] to fill: 'no mask here'\n"
 
 
 def test_every_command_has_help():
