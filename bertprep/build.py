@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from bertprep import __version__, readers, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
+from bertprep.build_progress import TrackedExecutor
 from bertprep.build_tasks import (PairTask, ScatterTask, ShardTask, TaskContext, gather_shard, merge_stats,
                                   pair_partition, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
@@ -34,7 +35,7 @@ from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
 from bertprep.pair_quality import degenerate_pairs_warning, figures
 from bertprep.partitions import iter_partitions
-from bertprep.progress import progress_bar
+from bertprep.progress import BuildProgress, progress_bar
 from bertprep.prose import vocabulary_lookup
 from bertprep.tokenizer import load_tokenizer
 
@@ -249,18 +250,21 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     )
     read_stats = ReadStats()
     warnings: list[str] = []
-    with make_executor(config.executor, config.workers, config.ray_address) as executor:
-        partitions = _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings, vocabulary_lookup(tok))
+    with make_executor(config.executor, config.workers, config.ray_address) as pool, BuildProgress(progress) as bar:
+        # One display for the whole build: every task's result is counted as it returns.
+        executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
+                                   _expected_text_bytes(spec))
+        partitions = _pair_stage(spec, ctx, config, executor, read_stats, False, warnings, vocabulary_lookup(tok))
         total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
         if total_rows == 0:
             raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
         num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
         num_shards = min(num_shards, total_rows)
-        stats = _scatter_stage(ctx, config, partitions, num_shards, executor, progress)
+        stats = _scatter_stage(ctx, config, partitions, num_shards, executor)
         if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
             warnings.extend(_pair_warnings(spec, config, stats, partitions))
         warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
-        shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress)
+        shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor)
         report = executor.report()
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -353,7 +357,7 @@ def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partition
     return [warning] if warning else []
 
 
-def _scatter_stage(ctx, config, partitions, num_shards, executor, progress) -> dict:
+def _scatter_stage(ctx, config, partitions, num_shards, executor) -> dict:
     # Global row offset of each (partition, pass), in the fixed order passes x partitions.
     offsets, running = {}, 0
     for dupe in range(ctx.dupe_factor):
@@ -365,25 +369,14 @@ def _scatter_stage(ctx, config, partitions, num_shards, executor, progress) -> d
                     num_shards)
         for p in partitions
     ]
-    all_stats = []
-    with progress_bar(progress, total=len(calls), desc="mask+scatter", unit="part") as bar:
-        for stats in executor.map(scatter_partition, calls, _scatter_cost(config)):
-            all_stats.append(stats)
-            bar.update(1)
-    return merge_stats(all_stats)
+    return merge_stats(list(executor.map(scatter_partition, calls, _scatter_cost(config))))
 
 
-def _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress) -> list[dict]:
+def _gather_stage(ctx, config, partitions, num_shards, staging, executor) -> list[dict]:
     indexes = tuple(p["index"] for p in partitions)
     calls = [ShardTask(ctx, s, num_shards, indexes, str(staging)) for s in range(num_shards)]
     rows_per_shard = math.ceil(sum(sum(p["rows_per_pass"]) for p in partitions) / num_shards)
-    shards = []
-    with progress_bar(progress, total=num_shards, desc="shuffle+write", unit="shard") as bar:
-        for result in executor.map(gather_shard, calls, _gather_cost(config, rows_per_shard)):
-            shards.append(result)
-            bar.update(1)
-    shards.sort(key=lambda s: s["name"])
-    return shards
+    return sorted(executor.map(gather_shard, calls, _gather_cost(config, rows_per_shard)), key=lambda s: s["name"])
 
 
 # Memory requests for a cluster scheduler: generous upper bounds from the sizes that

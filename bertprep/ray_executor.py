@@ -32,26 +32,39 @@ def import_ray():
     return ray
 
 
-def _run(fn: Callable, descriptor, attempts) -> Any:
-    """One call, in a Ray worker. Every start is counted first, so starts beyond one per
-    call are the retries of calls whose worker was lost before it could answer."""
+def _run(fn: Callable, descriptor, attempts, call: int) -> Any:
+    """One call, in a Ray worker. Every start is recorded first, with where it ran, so a
+    call started more than once was retried, and the node and process of each earlier
+    start say what was lost: that node, or (the node still alive) that worker process."""
+    import os
+
     import ray
 
-    ray.get(attempts.start.remote())
+    ray.get(attempts.start.remote(call, getattr(fn, "__name__", "task"), ray.get_runtime_context().get_node_id(),
+                                  os.getpid()))
     return fn(descriptor)
 
 
 class _Attempts:
-    """How many calls were started, cluster-wide (an actor: one counter for all nodes)."""
+    """Where each call was started, cluster-wide (an actor: one record for all nodes)."""
 
     def __init__(self):
-        self.count = 0
+        self.starts: dict[int, list[tuple[str, str, int]]] = {}
 
-    def start(self) -> None:
-        self.count += 1
+    def start(self, call: int, task: str, node: str, pid: int) -> None:
+        self.starts.setdefault(call, []).append((task, node, pid))
 
-    def total(self) -> int:
-        return self.count
+    def lost(self) -> list[tuple[str, str, int]]:
+        """(task, node, pid) of every start that was followed by another of its call."""
+        return [start for starts in self.starts.values() for start in starts[:-1]]
+
+
+def retry_reason(task: str, node: str, pid: int, alive_nodes: set[str]) -> str:
+    """Why a start of `task` did not answer. A task that raises is never retried, so a
+    retried start was lost with its process: with its node when that node is gone."""
+    if node not in alive_nodes:
+        return f"{task}: node {node[:8]} lost (NodeDiedError)"
+    return f"{task}: worker process {pid} on node {node[:8]} died (WorkerCrashedError: killed or crashed)"
 
 
 class RayExecutor:
@@ -75,7 +88,11 @@ class RayExecutor:
                 raise BertprepError(f"--ray-address {address}: cannot join a Ray cluster there ({exc})") from None
             self._owned = True
         self._remote_run = self.ray.remote(_run)
-        self._attempts = self.ray.remote(num_cpus=0)(_Attempts).remote()
+        # On the driver's node: the record outlives any other node the build loses.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(node_id=self.ray.get_runtime_context().get_node_id(), soft=False)
+        self._attempts = self.ray.remote(num_cpus=0, scheduling_strategy=here)(_Attempts).remote()
 
     def __enter__(self) -> "RayExecutor":
         return self
@@ -96,11 +113,13 @@ class RayExecutor:
         return int(self.ray.cluster_resources().get("CPU", 1))
 
     def report(self) -> ExecutorReport:
-        started = self.ray.get(self._attempts.total.remote())
-        nodes = sum(1 for node in self.ray.nodes() if node.get("Alive"))
-        retries = max(0, started - self._calls)
-        return ExecutorReport("ray", nodes, self._cluster_cpus(), retries,
-                              ["a worker or node was lost"] if retries else [])
+        """The cluster as the build ends (alive nodes only, and their CPUs) and every
+        retry, with the reason its earlier start was lost."""
+        alive = [node for node in self.ray.nodes() if node.get("Alive")]
+        cpus = int(sum(node.get("Resources", {}).get("CPU", 0) for node in alive))
+        ids = {node["NodeID"] for node in alive}
+        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in self.ray.get(self._attempts.lost.remote())]
+        return ExecutorReport("ray", len(alive), cpus, len(reasons), reasons)
 
     def map(self, fn: Callable, descriptors: Iterable, cost: TaskCost = TaskCost(),
             max_in_flight: int | None = None) -> Iterator[Any]:
@@ -117,7 +136,7 @@ class RayExecutor:
         self._pending = pending = []
         while True:
             for descriptor in next_batch(queue, limit - len(pending)):
-                pending.append(remote.remote(fn, descriptor, self._attempts))
+                pending.append(remote.remote(fn, descriptor, self._attempts, self._calls))
                 self._calls += 1
             if not pending:
                 return
