@@ -16,6 +16,7 @@ used as it is and left running.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Callable, Iterable, Iterator
 
 from bertprep.errors import BertprepError
@@ -32,31 +33,40 @@ def import_ray():
     return ray
 
 
-def _run(fn: Callable, descriptor, attempts, call: int) -> Any:
-    """One call, in a Ray worker. Every start is recorded first, with where it ran, so a
-    call started more than once was retried, and the node and process of each earlier
-    start say what was lost: that node, or (the node still alive) that worker process."""
+# Where each start of a call ran, in the cluster's own key-value store (Ray's GCS, the
+# one every node already talks to): a record costs one small write, not an actor, whose
+# process would have to start before the first task could. Private to Ray but what its
+# own libraries use; the keys are this build's (a run id) and removed at its end.
+KV_NAMESPACE = "bertprep"
+
+
+def _run(fn: Callable, descriptor, run: str, call: int) -> tuple[Any, bytes]:
+    """One call, in a Ray worker. Every start is recorded first, with where it ran, and
+    the call answers with its record's key; so any other start of the call was lost
+    before it could answer, and its node and process say what was lost: that node, or
+    (the node still alive) that worker process."""
     import os
 
     import ray
+    from ray.experimental import internal_kv
 
-    ray.get(attempts.start.remote(call, getattr(fn, "__name__", "task"), ray.get_runtime_context().get_node_id(),
-                                  os.getpid()))
-    return fn(descriptor)
+    node, pid = ray.get_runtime_context().get_node_id(), os.getpid()
+    key = f"{run}/{call}/{node}/{pid}".encode()
+    internal_kv._internal_kv_put(key, getattr(fn, "__name__", "task").encode(), namespace=KV_NAMESPACE)
+    return fn(descriptor), key
 
 
-class _Attempts:
-    """Where each call was started, cluster-wide (an actor: one record for all nodes)."""
+def lost_starts(run: str, answered: set[bytes]) -> list[tuple[str, str, int]]:
+    """(task, node, pid) of every recorded start of this run that did not answer."""
+    from ray.experimental import internal_kv
 
-    def __init__(self):
-        self.starts: dict[int, list[tuple[str, str, int]]] = {}
-
-    def start(self, call: int, task: str, node: str, pid: int) -> None:
-        self.starts.setdefault(call, []).append((task, node, pid))
-
-    def lost(self) -> list[tuple[str, str, int]]:
-        """(task, node, pid) of every start that was followed by another of its call."""
-        return [start for starts in self.starts.values() for start in starts[:-1]]
+    lost = []
+    for key in sorted(internal_kv._internal_kv_list(f"{run}/".encode(), namespace=KV_NAMESPACE)):
+        if key not in answered:
+            _, _, node, pid = key.decode().split("/")
+            task = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE) or b"task"
+            lost.append((task.decode(), node, int(pid)))
+    return lost
 
 
 def retry_reason(task: str, node: str, pid: int, alive_nodes: set[str]) -> str:
@@ -88,11 +98,8 @@ class RayExecutor:
                 raise BertprepError(f"--ray-address {address}: cannot join a Ray cluster there ({exc})") from None
             self._owned = True
         self._remote_run = self.ray.remote(_run)
-        # On the driver's node: the record outlives any other node the build loses.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = NodeAffinitySchedulingStrategy(node_id=self.ray.get_runtime_context().get_node_id(), soft=False)
-        self._attempts = self.ray.remote(num_cpus=0, scheduling_strategy=here)(_Attempts).remote()
+        self._run_id = uuid.uuid4().hex
+        self._answered: set[bytes] = set()  # the record keys of the starts that answered
 
     def __enter__(self) -> "RayExecutor":
         return self
@@ -106,6 +113,12 @@ class RayExecutor:
                     self.ray.cancel(ref, force=True)
                 except Exception:  # already finished or gone
                     pass
+        try:
+            from ray.experimental import internal_kv
+
+            internal_kv._internal_kv_del(f"{self._run_id}/".encode(), del_by_prefix=True, namespace=KV_NAMESPACE)
+        except Exception:  # the cluster is gone already: so are the records
+            pass
         if self._owned:
             self.ray.shutdown()
 
@@ -118,7 +131,7 @@ class RayExecutor:
         alive = [node for node in self.ray.nodes() if node.get("Alive")]
         cpus = int(sum(node.get("Resources", {}).get("CPU", 0) for node in alive))
         ids = {node["NodeID"] for node in alive}
-        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in self.ray.get(self._attempts.lost.remote())]
+        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in lost_starts(self._run_id, self._answered)]
         return ExecutorReport("ray", len(alive), cpus, len(reasons), reasons)
 
     def map(self, fn: Callable, descriptors: Iterable, cost: TaskCost = TaskCost(),
@@ -136,7 +149,7 @@ class RayExecutor:
         self._pending = pending = []
         while True:
             for descriptor in next_batch(queue, limit - len(pending)):
-                pending.append(remote.remote(fn, descriptor, self._attempts, self._calls))
+                pending.append(remote.remote(fn, descriptor, self._run_id, self._calls))
                 self._calls += 1
             if not pending:
                 return
@@ -147,7 +160,9 @@ class RayExecutor:
     def _result(self, ref) -> Any:
         ray = self.ray
         try:
-            return ray.get(ref)
+            result, key = ray.get(ref)
+            self._answered.add(key)
+            return result
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, Exception):
