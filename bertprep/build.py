@@ -250,8 +250,11 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     )
     read_stats = ReadStats()
     warnings: list[str] = []
-    with make_executor(config.executor, config.workers, config.ray_address) as pool, BuildProgress(progress) as bar:
-        # One display for the whole build: every task's result is counted as it returns.
+    # One display for the whole build, from before the executor starts (a Ray cluster
+    # takes seconds to start or join): every task's result is counted as it returns.
+    starting = f"starting the {config.executor} executor"
+    with BuildProgress(progress, waiting=starting) as bar, \
+            make_executor(config.executor, config.workers, config.ray_address) as pool:
         executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
                                    _expected_text_bytes(spec))
         partitions = _pair_stage(spec, ctx, config, executor, read_stats, False, warnings, vocabulary_lookup(tok))

@@ -54,13 +54,16 @@ class BuildProgress:
     with the real count); while any stage's count is unknown the total shows as "?" and
     there is no ETA. The ETA is tqdm's: the remaining tasks at the recent task rate.
     The MB/s is the input text the finished tasks have read over the time since the
-    display started (with the first task), so the last line's is the whole run's.
+    first stage started.
     """
 
-    def __init__(self, enabled: bool = True, interval: float | None = None, desc: str = "build"):
+    def __init__(self, enabled: bool = True, interval: float | None = None, desc: str = "build", waiting: str = ""):
+        """`waiting`: what happens before the first stage (an executor starting), shown
+        at once; the clock and the rate start with the first stage."""
         self._terminal = enabled and _on_terminal(sys.stderr)
         self._bar = progress_bar(enabled, interval=interval, total=None, desc=desc, unit="task",
-                                 bar_format=self._format(None))
+                                 bar_format=self._format(None), postfix=waiting or None)
+        self._waiting = bool(waiting)
         self.expected: dict[str, int | None] = {}
         self.text_bytes = 0
         self.stage = ""
@@ -91,6 +94,9 @@ class BuildProgress:
     def start(self, stage: str) -> None:
         self.stage = stage
         self._postfix()
+        if self._waiting:  # the executor is up: time the work from here
+            self._waiting = False
+            self._bar.reset(total=self._bar.total)
 
     def task_done(self, text_bytes: int = 0) -> None:
         self.text_bytes += text_bytes

@@ -4,8 +4,8 @@ from __future__ import annotations
 import io
 import re
 
-LINE = re.compile(r"^build: (\d+)/(\d+|\?) tasks \[[^\]]*?(?:, (tokenize\+pair|mask\+scatter|shuffle\+write), "
-                  r"([\d.]+) MB/s of text)?\]$")
+LINE = re.compile(r"^build: (\d+)/(\d+|\?) tasks \[[^\]]*?(?:, (tokenize\+pair|mask\+scatter|shuffle\+write|"
+                  r"starting the (?:local|ray) executor)(?:, ([\d.]+) MB/s of text)?)?\]$")
 
 
 class Log(io.StringIO):
@@ -35,7 +35,8 @@ def check_display(log: Log, manifest: dict, seconds: float) -> list[tuple]:
     done = [line[0] for line in lines]
     assert done == sorted(done) and done[-1] == tasks
     assert lines[-1][1] == tasks
-    stages = [line[2] for line in lines if line[2]]
+    assert lines[0][2] and lines[0][2].startswith("starting the ")  # said before the executor is up
+    stages = [line[2] for line in lines[1:] if line[2]]
     assert stages == sorted(stages, key=["tokenize+pair", "mask+scatter", "shuffle+write"].index)
     assert set(stages) == {"tokenize+pair", "mask+scatter", "shuffle+write"}
     # All the input text over the display's time, which is within the build's: at least
