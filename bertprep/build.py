@@ -179,6 +179,8 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
     started = time.perf_counter()
     out = storage.path(out)  # a local path or an object-store URL
     finished = _check_output(out, overwrite)
+    if config.cache_dir and storage.is_remote(config.cache_dir):
+        storage.path(config.cache_dir).mkdir()  # a missing bucket fails now, before any work
     tok = load_tokenizer(tokenizer_path)
     if finished:
         return _finished_result(spec, tok, out, config, started)
@@ -253,8 +255,6 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     work = _prepare_work_dir(staging, plan)
     tokenizer_files = tok.save(staging)
     cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    if storage.is_remote(cache_dir):
-        cache_dir.mkdir()  # a missing bucket fails now, not in the first task
     ctx = TaskContext(
         tokenizer_dir=str(staging),
         tokenizer_fingerprint=tok.fingerprint(),

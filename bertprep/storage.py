@@ -105,7 +105,7 @@ def store_error(where, exc: BaseException) -> BertprepError:
             return BertprepError(f"{where}: {problem}")
     if "NETWORK_CONNECTION" in text:
         return StoreError(f"{where}: cannot reach the object store (check the endpoint, e.g. AWS_ENDPOINT_URL, "
-                          "and the network); run the same command again to resume")
+                          "and the network)")
     text = re.sub(r"\s*\(Request ID: [^)]*\)", "", one_line(exc))
     return StoreError(f"{where}: {text}")
 
