@@ -140,7 +140,9 @@ def staging_path(out):
 
 def _check_output(out, overwrite: bool) -> bool:
     """True when OUT holds a finished build (and --overwrite was not given)."""
-    if not storage.is_remote(out):
+    if storage.is_remote(out):
+        out.check_bucket()
+    else:
         check_parent_is_directory(out)
     if out.exists() and not out.is_dir():
         raise BertprepError(f"{out}: output path exists and is a file, not a directory")

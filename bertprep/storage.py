@@ -82,6 +82,26 @@ class StoreError(BertprepError):
     the command's fault, so the work done so far is kept for the same command to resume."""
 
 
+_BUCKETS_SEEN: set[tuple[str, str]] = set()
+
+
+def forget_filesystems() -> None:
+    """Drop the filesystems and bucket checks made so far (for a process whose
+    credentials or endpoint changed since)."""
+    _filesystem.cache_clear()
+    _BUCKETS_SEEN.clear()
+
+
+def _bucket_exists(scheme: str, bucket: str, where) -> bool:
+    if (scheme, bucket) not in _BUCKETS_SEEN:
+        root = StorePath(f"{scheme}://{bucket}")
+        with _errors(where):
+            if root.fs.get_file_info(root.fs_path).type.name == "NotFound":
+                return False
+        _BUCKETS_SEEN.add((scheme, bucket))
+    return True
+
+
 def one_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
@@ -94,6 +114,8 @@ _PROBLEMS = (
     ("ACCESS_DENIED", "access denied (check the credentials and the bucket's permissions)"),
     ("INVALID_ACCESS_KEY_ID", "the access key is not valid (check AWS_ACCESS_KEY_ID or AWS_PROFILE)"),
     ("SIGNATURE_DOES_NOT_MATCH", "the secret key does not match (check AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"),
+    ("OAuth2 access token", "no usable Google Cloud credentials (check GOOGLE_APPLICATION_CREDENTIALS, or run "
+                            "`gcloud auth application-default login`)"),
 )
 
 
@@ -107,18 +129,20 @@ def store_error(where, exc: BaseException) -> BertprepError:
         return StoreError(f"{where}: cannot reach the object store (check the endpoint, e.g. AWS_ENDPOINT_URL, "
                           "and the network)")
     text = re.sub(r"\s*\(Request ID: [^)]*\)", "", one_line(exc))
-    return StoreError(f"{where}: {text}")
+    return StoreError(f"{where}: {text if len(text) <= 300 else text[:300] + '...'}")
 
 
 @contextlib.contextmanager
 def _errors(where):
     """Store errors as one-line BertprepErrors; a missing object stays FileNotFoundError
     (callers treat it as absent)."""
+    import pyarrow as pa
+
     try:
         yield
     except (FileNotFoundError, BertprepError):
         raise
-    except OSError as exc:
+    except (OSError, pa.ArrowException) as exc:
         raise store_error(where, exc) from None
 
 
@@ -241,13 +265,15 @@ class StorePath:
     def rglob(self, pattern: str):
         return [p for p in self._with_infos(recursive=True) if fnmatch.fnmatchcase(p.name, pattern)]
 
-    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
-        # Object stores have no directories; checking the bucket here makes a missing one
-        # fail before any work, naming the URL.
-        with _errors(self):
-            info = self.fs.get_file_info(self.fs_path.split("/", 1)[0]) if self.scheme in BUCKET_SCHEMES else None
-        if info is not None and info.type.name == "NotFound":
+    def check_bucket(self) -> None:
+        """Raise, naming this URL, when its bucket does not exist (checked once per
+        process), so a mistyped bucket fails before any work."""
+        if self.scheme in BUCKET_SCHEMES and not _bucket_exists(self.scheme, self.authority, self):
             raise BertprepError(f"{self}: the bucket does not exist")
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        # Object stores have no directories: nothing to make but a check of the bucket.
+        self.check_bucket()
         if self.scheme not in BUCKET_SCHEMES:
             with _errors(self):
                 self.fs.create_dir(self.fs_path, recursive=True)

@@ -77,12 +77,12 @@ def s3(server, monkeypatch):
     for key, value in server.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    storage._filesystem.cache_clear()  # a filesystem made before these variables were set
+    storage.forget_filesystems()  # a filesystem made before these variables were set
     client = boto3.client("s3", endpoint_url=server["AWS_ENDPOINT_URL"], region_name="us-east-1")
     client.bucket = f"b-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=client.bucket)
     yield client
-    storage._filesystem.cache_clear()
+    storage.forget_filesystems()
 
 
 def objects(client, prefix: str = "") -> dict[str, dict]:
@@ -252,7 +252,7 @@ def test_a_missing_bucket_is_one_line_naming_it(s3, local, tmp_path):
 
 def test_an_unreachable_store_is_one_line(s3, local, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    storage._filesystem.cache_clear()
+    storage.forget_filesystems()
     message = one_line_error(invoke(prep_main, *s3_args(s3, local, "s3://any-bucket/in")))
     # OUT is the first URL the build touches.
     assert message.startswith(f"s3://{s3.bucket}/out: cannot reach the object store"), message
