@@ -193,18 +193,28 @@ def test_local_inputs_to_an_s3_out_give_the_local_manifest_byte_for_byte(s3, loc
     same_as_local(s3, local, tmp_path, str(local["in"]))
 
 
-def test_a_rerun_of_a_finished_s3_build_says_complete_and_writes_nothing(s3, local):
+def test_a_finished_s3_result_is_left_untouched_and_replaced_only_with_overwrite_once_its_successor_is_whole(
+        s3, local, tmp_path):
     args = s3_args(s3, local, upload_inputs(s3, local))
-    assert invoke(prep_main, *args).exit_code == 0
+    assert invoke(prep_main, *args, "--seed", "7").exit_code == 0
     before = objects(s3)
     time.sleep(1.1)  # LastModified has a resolution of one second
-    rerun = invoke(prep_main, *args)
+    rerun = invoke(prep_main, *args, "--seed", "7")
     assert rerun.exit_code == 0, rerun.output
     assert rerun.stdout.startswith(f"s3://{s3.bucket}/out: already complete")
     assert objects(s3) == before
-    changed = invoke(prep_main, *args, "--seed", "7")  # another build: refused without --overwrite
-    one_line_error(changed, f"s3://{s3.bucket}/out", "--overwrite")
+    other = invoke(prep_main, *args)  # another build: refused without --overwrite
+    one_line_error(other, f"s3://{s3.bucket}/out", "--overwrite")
     assert objects(s3) == before
+    # With --overwrite, killed once its successor is complete in OUT.partial but
+    # before publishing: the old result is still whole, and still the old one.
+    kill_at("bertprep.build:_publish_to_store", 0, [*args, "--overwrite"])
+    assert {k: v for k, v in objects(s3).items() if k.startswith("out/")} == {
+        k: v for k, v in before.items() if k.startswith("out/")}
+    assert f"out.partial/manifest.json" in objects(s3)
+    finished = invoke(prep_main, *args, "--overwrite")
+    assert finished.exit_code == 0, finished.output
+    same_as_local(s3, local, tmp_path, f"s3://{s3.bucket}/in")
 
 
 # Where the build is killed: (function, normal calls before it), and the tasks finished
@@ -277,3 +287,18 @@ def test_credentials_the_store_refuses_are_one_line(local, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("Error: s3://some-bucket/in: "), done.stderr
     assert "AWS_ACCESS_KEY_ID" in lines[0] or "access denied" in lines[0], lines[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_ray_executor_builds_to_an_s3_out_with_the_same_bytes(s3, local, tmp_path):
+    """A local Ray of its own (as `--executor ray` with no address starts): its workers
+    read and write the store with the driver's credentials, as cluster nodes would
+    with theirs."""
+    pytest.importorskip("ray", reason="the Ray executor needs the ray extra (pip install 'bertprep[ray]')")
+    inputs = upload_inputs(s3, local)
+    args = [*s3_args(s3, local, inputs), "--executor", "ray", "--workers", "2"]
+    done = subprocess.run([*PREP, *args], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr
+    assert "  executor ray: 1 node, 2 CPUs" in done.stdout.splitlines()
+    same_as_local(s3, local, tmp_path, inputs)
