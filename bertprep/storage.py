@@ -387,13 +387,23 @@ def local_copy(directory):
         yield pathlib.Path(tmp)
 
 
+def _glob_regex(pattern: str) -> re.Pattern:
+    """A glob as glob.glob(recursive=True) reads it: `*` and `?` stay within one name,
+    `**/` spans any number of them."""
+    parts = re.split(r"(\*\*/|\*|\?|\[[^\]]*\])", pattern)
+    regex = {"**/": "(?:[^/]+/)*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(regex.get(p, p if p.startswith("[") and p.endswith("]") and len(p) > 1 else re.escape(p))
+                              for p in parts))
+
+
 def list_files(given: str, wanted) -> list[StorePath]:
     """The files a URL names: itself, every file below a prefix for which `wanted(path)`
     holds (recursively, sorted, hidden names skipped), or a glob's matches (sorted)."""
     if re.search(r"[*?\[]", given):
         base = StorePath(given[: re.search(r"[*?\[]", given).start()].rsplit("/", 1)[0])
-        pattern = given.rstrip("/")
-        matches = [p for p in base._with_infos(recursive=True) if p.is_file() and fnmatch.fnmatchcase(str(p), pattern)]
+        pattern = _glob_regex(str(StorePath(given)))
+        matches = [p for p in base._with_infos(recursive=True) if p.is_file() and pattern.fullmatch(str(p))
+                   and not any(part.startswith(".") for part in p.relative_to(base).parts)]  # as glob.glob
         if not matches:
             raise BertprepError(f"{given}: no files match")
         return matches

@@ -302,3 +302,32 @@ def test_the_ray_executor_builds_to_an_s3_out_with_the_same_bytes(s3, local, tmp
     assert done.returncode == 0, done.stderr
     assert "  executor ray: 1 node, 2 CPUs" in done.stdout.splitlines()
     same_as_local(s3, local, tmp_path, inputs)
+
+
+def test_every_input_format_reads_from_the_store_as_from_disk(s3, tmp_path):
+    """Compressed text, JSONL and Parquet under a prefix (walked, sorted, hidden and
+    unknown names skipped, as a directory is): the same documents as the local copy."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertprep.corpus import CorpusSpec, iter_documents
+
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    with gzip.open(tree / "a.txt.gz", "wt") as f:
+        f.write("One sentence here.\nAnother one.\n\nA second document.\n")
+    (tree / "sub" / "b.jsonl").write_text('{"text": "Json line one.\\nJson line two."}\n{"text": "Second record."}\n')
+    pq.write_table(pa.table({"text": ["Parquet row one.", "Parquet row two.\nIts second line."]}), tree / "c.parquet")
+    (tree / ".hidden.txt").write_text("Never read.\n")
+    (tree / "notes.csv").write_text("not,a,corpus\n")
+    for path in tree.rglob("*"):
+        if path.is_file():
+            s3.upload_file(str(path), s3.bucket, f"tree/{path.relative_to(tree)}")
+    local_documents = list(iter_documents(CorpusSpec(paths=(str(tree),))))
+    assert len(local_documents) == 6
+    assert list(iter_documents(CorpusSpec(paths=(f"s3://{s3.bucket}/tree/",)))) == local_documents
+    # A glob as on disk: `*` stays within one name (c.parquet, not sub/), `**/` spans them.
+    assert list(iter_documents(CorpusSpec(paths=(f"s3://{s3.bucket}/tree/*.parquet",)))) == local_documents[2:4]
+    assert list(iter_documents(CorpusSpec(paths=(f"s3://{s3.bucket}/tree/**/*.jsonl",)))) == local_documents[4:]
