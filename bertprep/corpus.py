@@ -171,7 +171,7 @@ def resolve_input_files(spec: CorpusSpec) -> list[Path]:
         raise BertprepError("no input given: name files or directories, or a --dataset")
     found: list[Path] = []
     for given in spec.paths:
-        if storage.is_url(given):  # an object store: listed there, files only
+        if storage.is_remote(given):  # an object store: listed there, files only
             found.extend(storage.list_files(given, _looks_like_corpus_file))
             continue
         path = Path(given)

@@ -16,7 +16,7 @@ What differs on an object store, and how the build copes:
 Credentials and endpoints come from the usual environment of each library (for S3:
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE, an
 instance role, AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL for an S3-compatible server).
-Failures become one-line `BertprepError`s naming the URL (`store_error`).
+Failures become one-line errors naming the URL (bertprep.storage_errors).
 """
 from __future__ import annotations
 
@@ -33,13 +33,14 @@ import tempfile
 from dataclasses import dataclass
 
 from bertprep.errors import BertprepError
+from bertprep.storage_errors import StoreError, errors as _errors, one_line, store_error  # noqa: F401 (re-exported)
 
 BUCKET_SCHEMES = ("s3", "gs", "gcs")  # the URL's authority is a bucket, the rest a key
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 
 
-def is_url(path) -> bool:
-    """True for an object-store URL (a `file://` URL is a local path)."""
+def is_remote(path) -> bool:
+    """True for an object-store URL or a StorePath (a `file://` URL is a local path)."""
     if isinstance(path, StorePath):
         return True
     match = _URL.match(str(path)) if isinstance(path, str) else None
@@ -51,7 +52,7 @@ def path(p):
     if isinstance(p, (StorePath, pathlib.Path)):
         return p
     text = os.fspath(p)
-    if is_url(text):
+    if is_remote(text):
         return StorePath(text)
     return pathlib.Path(text.removeprefix("file://"))
 
@@ -77,11 +78,6 @@ def _filesystem(scheme: str, authority: str):
             raise BertprepError(f"{uri}: no filesystem for {scheme}:// ({one_line(exc)})") from None
 
 
-class StoreError(BertprepError):
-    """The store failed while the build ran (network, throttling, a server error): not
-    the command's fault, so the work done so far is kept for the same command to resume."""
-
-
 _BUCKETS_SEEN: set[tuple[str, str]] = set()
 
 
@@ -100,50 +96,6 @@ def _bucket_exists(scheme: str, bucket: str, where) -> bool:
                 return False
         _BUCKETS_SEEN.add((scheme, bucket))
     return True
-
-
-def one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-# What the user must fix (a BertprepError), by the error codes pyarrow's messages carry.
-_PROBLEMS = (
-    ("NO_SUCH_BUCKET", "the bucket does not exist"),
-    ("NoSuchBucket", "the bucket does not exist"),
-    ("ACCESS_DENIED", "access denied (check the credentials and the bucket's permissions)"),
-    ("INVALID_ACCESS_KEY_ID", "the access key is not valid (check AWS_ACCESS_KEY_ID or AWS_PROFILE)"),
-    ("SIGNATURE_DOES_NOT_MATCH", "the secret key does not match (check AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"),
-    ("OAuth2 access token", "no usable Google Cloud credentials (check GOOGLE_APPLICATION_CREDENTIALS, or run "
-                            "`gcloud auth application-default login`)"),
-)
-
-
-def store_error(where, exc: BaseException) -> BertprepError:
-    """One line naming the URL and the problem, for an error a store operation raised."""
-    text = str(exc)
-    for code, problem in _PROBLEMS:
-        if code in text:
-            return BertprepError(f"{where}: {problem}")
-    if "NETWORK_CONNECTION" in text:
-        return StoreError(f"{where}: cannot reach the object store (check the endpoint, e.g. AWS_ENDPOINT_URL, "
-                          "and the network)")
-    text = re.sub(r"\s*\(Request ID: [^)]*\)", "", one_line(exc))
-    return StoreError(f"{where}: {text if len(text) <= 300 else text[:300] + '...'}")
-
-
-@contextlib.contextmanager
-def _errors(where):
-    """Store errors as one-line BertprepErrors; a missing object stays FileNotFoundError
-    (callers treat it as absent)."""
-    import pyarrow as pa
-
-    try:
-        yield
-    except (FileNotFoundError, BertprepError):
-        raise
-    except (OSError, pa.ArrowException) as exc:
-        raise store_error(where, exc) from None
 
 
 @dataclass(frozen=True)
@@ -180,9 +132,6 @@ class StorePath:
 
     def __hash__(self) -> int:
         return hash(str(self))
-
-    def __lt__(self, other) -> bool:
-        return str(self) < str(other)
 
     def __truediv__(self, name) -> "StorePath":
         return StorePath(f"{self}/{name}")
@@ -293,10 +242,6 @@ class StorePath:
                 if not missing_ok:
                     raise
         self._info = None
-
-
-def is_remote(p) -> bool:
-    return isinstance(p, StorePath) or is_url(p)
 
 
 def open_input(p):
@@ -420,16 +365,8 @@ def list_files(given: str, wanted) -> list[StorePath]:
     return files
 
 
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-
 def lock_for(directory, what: str = "build-shards run"):
     """The directory's lock; none on a store, which has no advisory locks."""
     from bertprep.lock import DirectoryLock
 
-    return _NoLock() if is_remote(directory) else DirectoryLock(directory, what)
+    return contextlib.nullcontext() if is_remote(directory) else DirectoryLock(directory, what)
