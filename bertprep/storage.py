@@ -191,6 +191,8 @@ class StorePath:
         return self.info().type.name == "Directory"
 
     def stat(self) -> _Stat:
+        """Asked afresh (not what a listing said): a changed input must show."""
+        self._info = None
         info = self.info()
         if info.type.name == "NotFound":
             raise FileNotFoundError(str(self))

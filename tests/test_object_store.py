@@ -246,6 +246,24 @@ def test_a_killed_s3_build_resumes_with_the_same_command_to_the_same_bytes(s3, l
     assert not [k for k in objects(s3) if ".tmp-" in k]
 
 
+def test_an_input_changed_on_the_store_during_the_build_fails_naming_it_and_publishes_nothing(
+        s3, local, monkeypatch):
+    import bertprep.build as build
+
+    inputs = upload_inputs(s3, local)
+    original = build.scatter_partition
+
+    def append_then_scatter(*args, **kwargs):  # the corpus was read; now someone replaces it
+        s3.put_object(Bucket=s3.bucket, Key="in/corpus.txt",
+                      Body=(local["in"] / "corpus.txt").read_bytes() + b"One more line.\n")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(build, "scatter_partition", append_then_scatter)
+    message = one_line_error(invoke(prep_main, *s3_args(s3, local, inputs)))
+    assert message.startswith(f"s3://{s3.bucket}/in/corpus.txt: changed while the build was reading it"), message
+    assert not [key for key in objects(s3) if key.startswith("out")]  # nothing published, nothing left
+
+
 def test_a_missing_bucket_is_one_line_naming_it(s3, local, tmp_path):
     inputs = upload_inputs(s3, local)
     for where, args in (
