@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from bertprep import __version__, readers, schema
+from bertprep import __version__, readers, schema, storage
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build_progress import TrackedExecutor
@@ -30,7 +30,6 @@ from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_docu
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import EXECUTORS, ExecutorReport, TaskCost, default_workers, make_executor
 from bertprep.instances import PAIRINGS, PairConfig
-from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
 from bertprep.pair_quality import degenerate_pairs_warning, figures
@@ -136,20 +135,36 @@ class BuildResult:
     executor: ExecutorReport | None = None  # where the work ran (None when nothing ran)
 
 
-def staging_path(out: pathlib.Path) -> pathlib.Path:
+def staging_path(out):
     return out.with_name(out.name + ".partial")
 
 
-def _check_output(out: pathlib.Path, overwrite: bool) -> bool:
+def _check_output(out, overwrite: bool) -> bool:
     """True when OUT holds a finished build (and --overwrite was not given)."""
-    check_parent_is_directory(out)
+    if storage.is_remote(out):
+        out.check_bucket()
+    else:
+        check_parent_is_directory(out)
     if out.exists() and not out.is_dir():
         raise BertprepError(f"{out}: output path exists and is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         if (out / "manifest.json").exists():
             return True
+        if _publishing_interrupted(out):
+            return False
         raise BertprepError(f"{out}: already holds files; pass --overwrite to replace it")
     return False
+
+
+def _publishing_interrupted(out) -> bool:
+    """On an object store, publishing copies the finished staging directory into OUT,
+    the manifest last: OUT without a manifest, holding only files of a finished staging
+    directory, is such a copy cut short (the same command finishes it)."""
+    staging = staging_path(out)
+    if not storage.is_remote(out) or not (staging / "manifest.json").exists():
+        return False
+    ours = {str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()}
+    return all(str(p.relative_to(out)) in ours for p in out.rglob("*") if p.is_file())
 
 
 def _finished_result(spec: CorpusSpec, tok, out: pathlib.Path, config: BuildConfig, started: float) -> BuildResult:
@@ -165,25 +180,31 @@ def _finished_result(spec: CorpusSpec, tok, out: pathlib.Path, config: BuildConf
 
 def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, overwrite: bool = False, progress: bool = True) -> BuildResult:
     started = time.perf_counter()
-    out = pathlib.Path(out)
+    out = storage.path(out)  # a local path or an object-store URL
     finished = _check_output(out, overwrite)
+    if config.cache_dir and storage.is_remote(config.cache_dir):
+        storage.path(config.cache_dir).mkdir()  # a missing bucket fails now, before any work
     tok = load_tokenizer(tokenizer_path)
     if finished:
         return _finished_result(spec, tok, out, config, started)
     staging = staging_path(out)
     staging.mkdir(parents=True, exist_ok=True)
-    with DirectoryLock(staging):
+    with storage.lock_for(staging):
         try:
             result = _build_locked(spec, tok, out, staging, config, progress, started)
+        except storage.StoreError:
+            raise  # the store failed, not the command: what is done stays for a rerun
         except BertprepError:
             # A problem with the input or the options: this command cannot finish as
             # given, so its staging directory is not worth resuming (tokenized
             # partitions stay in the cache); leave nothing behind.
-            shutil.rmtree(staging, ignore_errors=True)
+            storage.rmtree(staging, ignore_errors=True)
             raise
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise BertprepError(f"{staging}: disk full while writing ({os.strerror(exc.errno)}); free space and run the same command again to resume") from None
+            if storage.is_remote(staging):
+                raise storage.store_error(staging, exc) from None
             raise
     return result
 
@@ -200,7 +221,7 @@ def _plan(spec: CorpusSpec, inputs: list[dict], tok, config: BuildConfig) -> dic
     }
 
 
-def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
+def _prepare_work_dir(staging, plan: dict):
     """The work directory of this exact command; work left by a different command is
     discarded (it is ours, never the user's)."""
     import json
@@ -214,7 +235,7 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
     if previous != json.loads(json.dumps(plan)):
         for child in staging.iterdir():
             if child.name != ".lock":
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                storage.rmtree(child) if child.is_dir() else child.unlink()
         work.mkdir()
         write_json_atomic(plan_file, plan)
     else:
@@ -236,7 +257,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"], ReadStats(), [])
     work = _prepare_work_dir(staging, plan)
     tokenizer_files = tok.save(staging)
-    cache_dir = pathlib.Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
     ctx = TaskContext(
         tokenizer_dir=str(staging),
         tokenizer_fingerprint=tok.fingerprint(),
@@ -290,7 +311,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     # A task retried after its worker was lost may have left its temporary behind.
     remove_stale_temporaries(staging)
     write_dataset_files(staging, shards, tok.vocab_size, manifest)
-    shutil.rmtree(work)
+    storage.rmtree(work)
     (staging / "plan.json").unlink()
     write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
     _check_and_publish(staging, out, config)
@@ -408,7 +429,7 @@ def _gather_cost(config: BuildConfig, rows: int) -> TaskCost:
     return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + 3 * rows * (4 * config.max_seq_length + 64))
 
 
-def _check_and_publish(staging: pathlib.Path, out: pathlib.Path, config: BuildConfig) -> None:
+def _check_and_publish(staging, out, config: BuildConfig) -> None:
     problem = contradicted_options(staging, config.whole_word_mask)
     if problem:
         raise BertprepError(f"{staging}: the shards contradict their options ({problem}); not published: "
@@ -416,8 +437,11 @@ def _check_and_publish(staging: pathlib.Path, out: pathlib.Path, config: BuildCo
     _publish(staging, out)
 
 
-def _publish(staging: pathlib.Path, out: pathlib.Path) -> None:
+def _publish(staging, out) -> None:
     """Move the finished staging directory to OUT, replacing an old result only now."""
+    if storage.is_remote(out):
+        _publish_to_store(staging, out)
+        return
     lock_file = staging / ".lock"
     if out.exists():
         old = out.with_name(out.name + ".old")
@@ -429,3 +453,18 @@ def _publish(staging: pathlib.Path, out: pathlib.Path) -> None:
     else:
         os.replace(staging, out)
     (out / lock_file.name).unlink(missing_ok=True)
+
+
+def _publish_to_store(staging, out) -> None:
+    """An object store renames nothing: the old result stops counting (its manifest goes
+    first), then the finished files are copied into OUT (server-side) and the manifest
+    last, the mark of a whole result; until then OUT reads as absent. A copy cut short
+    is finished by the same command (`_publishing_interrupted`)."""
+    manifest = out / "manifest.json"
+    manifest.unlink(missing_ok=True)
+    storage.rmtree(out)
+    files = [p for p in staging.rglob("*") if p.is_file() and p.name != manifest.name]
+    for file in files:
+        storage.copy_file(file, out / str(file.relative_to(staging)))
+    storage.copy_file(staging / manifest.name, manifest)
+    storage.rmtree(staging)

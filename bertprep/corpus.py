@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bertprep import hf_datasets, readers
+from bertprep import hf_datasets, readers, storage
 from bertprep.errors import BertprepError, describe_path
 from bertprep.prose import KnownWord, ProseParagraphs
 from bertprep.readers import FileCounts
@@ -171,6 +171,9 @@ def resolve_input_files(spec: CorpusSpec) -> list[Path]:
         raise BertprepError("no input given: name files or directories, or a --dataset")
     found: list[Path] = []
     for given in spec.paths:
+        if storage.is_remote(given):  # an object store: listed there, files only
+            found.extend(storage.list_files(given, _looks_like_corpus_file))
+            continue
         path = Path(given)
         if not path.exists() and _GLOB_CHARS.search(given):
             matches = sorted(glob.glob(given, recursive=True))

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
 
 import numpy as np
 import pyarrow as pa
 
-from bertprep import schema
+from bertprep import schema, storage
 from bertprep.errors import BertprepError
 from bertprep.manifest import confidence_interval
 from bertprep.masking import MaskingConfig, num_to_predict
@@ -20,7 +19,7 @@ from bertprep.pair_quality import degenerate_pairs_warning, figures, likely_caus
 
 
 def read_manifest(out) -> dict:
-    path = pathlib.Path(out) / "manifest.json"
+    path = storage.path(out) / "manifest.json"
     if not path.exists():
         raise BertprepError(f"{out}: no manifest.json, so not a finished build-shards output")
     try:
@@ -29,9 +28,9 @@ def read_manifest(out) -> dict:
         raise BertprepError(f"{path}: not valid JSON ({exc})") from None
 
 
-def open_shard(path: pathlib.Path) -> pa.Table:
+def open_shard(path) -> pa.Table:
     try:
-        return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+        return pa.ipc.open_stream(storage.open_random_access(path)).read_all()
     except (pa.ArrowInvalid, OSError) as exc:
         raise BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})") from None
 
@@ -45,7 +44,7 @@ def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def measure(out) -> dict:
-    out = pathlib.Path(out)
+    out = storage.path(out)
     manifest = read_manifest(out)
     special = manifest["tokenizer"]["special_ids"]
     options = manifest["options"]
@@ -134,7 +133,7 @@ def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
 def sample_rows(out, count: int) -> list[dict]:
     """The first `count` rows of the first shard as stored, each id with its token:
     `tokens` as the model sees them (masking applied), `masked_lm_tokens` the originals."""
-    out = pathlib.Path(out)
+    out = storage.path(out)
     manifest = read_manifest(out)
     vocab = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
     table = open_shard(out / manifest["shards"][0]["name"]).slice(0, count)
