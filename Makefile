@@ -31,8 +31,9 @@ demo: $(VENV)/.installed
 
 # TOKENIZERS_PARALLELISM=true as many transformers users set it: the suite must pass
 # (and not hang) when the tokenizers thread pool exists before a build starts workers.
+# Two pytest-xdist workers, one per core (tests/conftest.py: a thread each, slow tests first).
 test: $(VENV)/.installed
-	TOKENIZERS_PARALLELISM=true $(BIN)/python -m pytest -q
+	TOKENIZERS_PARALLELISM=true $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_train_tokenizer.py

@@ -27,6 +27,8 @@ from shard_fixtures import shard_bytes, write_corpus, write_vocab
 ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra (pip install 'bertprep[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray at a time (conftest.py)
+
 import ray_faults  # noqa: E402
 
 OPTIONS = {"partition_bytes": 8192, "num_shards": 3, "dupe_factor": 2, "engine": "tokenizers"}

@@ -308,6 +308,7 @@ def test_credentials_the_store_refuses_are_one_line(local, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_the_ray_executor_builds_to_an_s3_out_with_the_same_bytes(s3, local, tmp_path):
     """A local Ray of its own (as `--executor ray` with no address starts): its workers
     read and write the store with the driver's credentials, as cluster nodes would
