@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from bertprep import hf_datasets, readers
+from bertprep.boundaries import is_doc_open, wikitext_level
 from bertprep.errors import BertprepError, describe_path
 from bertprep.prose import KnownWord, ProseParagraphs
 from bertprep.readers import FileCounts
@@ -61,10 +62,8 @@ MAX_DOCUMENT_SENTENCES = 100_000  # bounds memory when sentences are tiny
 TEXT_SUFFIXES = {"", ".txt", ".text", ".raw", ".tokens"}
 DIRECTORY_SUFFIXES = TEXT_SUFFIXES | readers.JSONL_SUFFIXES | readers.PARQUET_SUFFIXES
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _JUNK = str.maketrans("", "", "\ufffd\x00")
-_WIKITEXT_HEADING = re.compile(r"((?:= )+)\S.*?((?: =)+)")
 
 
 @dataclass(frozen=True)
@@ -239,9 +238,7 @@ def iter_documents(
     if spec.dataset:
         yield from _input_documents(spec.dataset, "dataset", spec, stats, known_word)
     if stats.documents == before:
-        names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
-        raise BertprepError(f"{shown}: no text found")
+        raise no_text_error(spec)
 
 
 def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats, known_word) -> Iterator[list[str]]:
@@ -334,9 +331,12 @@ class _DocumentBuilder:
             yield document
 
 
-def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator[list[str]]:
-    """Documents of a plain-text file: reference layout, prose, WikiExtractor, WikiText."""
-    wikitext: bool | None = None  # decided by the first non-blank line
+def _text_documents(lines: Iterable[str], builder: _DocumentBuilder, wikitext: bool | None = None,
+                    end_state: dict | None = None) -> Iterator[list[str]]:
+    """Documents of a plain-text file: reference layout, prose, WikiExtractor, WikiText.
+    Whether the file is WikiText is decided by its first non-blank line, or given (a
+    part of a file read alone follows its file). end_state, when given, learns whether
+    the lines ended inside a <doc> block."""
     in_doc = False  # inside <doc> ... </doc>
     title: str | None = None  # a WikiExtractor title line still to drop
     for raw in lines:
@@ -346,11 +346,11 @@ def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator
                 yield from builder.blank_line()
             continue
         if wikitext is None:
-            wikitext = _wikitext_level(line) == 1
+            wikitext = wikitext_level(line) == 1
         if builder.is_separator(line):
             yield from builder.close()
             continue
-        if line.startswith("<doc") and _DOC_OPEN.fullmatch(line):
+        if is_doc_open(line):
             yield from builder.close()
             in_doc = True
             match = _DOC_TITLE.search(line)
@@ -365,21 +365,15 @@ def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator
             if is_title:
                 continue
         if wikitext and line.startswith("="):
-            level = _wikitext_level(line)
+            level = wikitext_level(line)
             if level == 1:
                 yield from builder.close()
             if level:
                 continue
         yield from builder.add_line(line, wrapped=not in_doc and not wikitext)
+    if end_state is not None:
+        end_state["in_doc"] = in_doc
     yield from builder.close()
-
-
-def _wikitext_level(line: str) -> int:
-    """1 for " = Title = ", 2 for " = = Section = = ", ...; 0 for other lines."""
-    match = _WIKITEXT_HEADING.fullmatch(line)
-    if match is None or match.group(1).count("=") != match.group(2).count("="):
-        return 0
-    return match.group(1).count("=")
 
 
 def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterator[list[str]]:
@@ -396,6 +390,43 @@ def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterat
             else:
                 yield from builder.add_line(line)
         yield from builder.close()
+
+
+def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: KnownWord | None = None) -> Iterator[list[str]]:
+    """The documents of one planned part of an input (a `bertprep.plan.Piece`): a byte
+    range of a text or JSONL file, row groups of a Parquet file, rows of a saved dataset,
+    or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`)."""
+    counts = FileCounts()
+    builder = _DocumentBuilder(spec, counts, stats, known_word)
+    path = Path(piece.path)
+    if piece.kind == "text":
+        end_state: dict = {}
+        lines = readers.iter_lines(path, counts, start=piece.start, end=piece.end)
+        yield from _text_documents(lines, builder, piece.wikitext, end_state)
+        if piece.layout in ("blank", "separator") and not piece.last and end_state["in_doc"]:
+            raise BertprepError(
+                f"{piece.name}: a <doc> block that does not start the file is still open at byte {piece.end:,}, "
+                "where a partition was cut between documents; start the file with its <doc> line, or "
+                "give a --partition-size larger than the file")
+    else:
+        if piece.kind == "jsonl":
+            texts = readers.iter_jsonl_texts(path, spec.text_field, counts, piece.start, piece.end)
+        elif piece.kind == "parquet":
+            texts = readers.iter_parquet_texts(path, spec.text_field, counts, list(range(piece.start, piece.end)))
+        else:  # "dataset": rows of a saved one; "stream": a dataset by name, whole
+            rows = (piece.start, piece.end) if piece.end is not None else None
+            texts = hf_datasets.iter_dataset_texts(piece.path, piece.config, spec.split_name, spec.text_field, counts, rows)
+        yield from _record_documents(texts, builder)
+    stats.bytes += counts.bytes
+    stats.invalid_bytes += counts.invalid_bytes
+    stats.long_lines += counts.long_lines
+
+
+def no_text_error(spec: CorpusSpec) -> BertprepError:
+    inputs = resolve_input_files(spec)
+    names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+    return BertprepError(f"{shown}: no text found")
 
 
 # ---------------------------------------------------------------- fingerprints
