@@ -33,7 +33,7 @@ from typing import BinaryIO, Iterator
 from bertprep import readers
 
 LAYOUTS = ("blank", "doc", "heading", "separator", "record")
-WINDOW = 64 * 1024  # bytes read at a time while looking for a boundary
+WINDOW = 16 * 1024  # bytes read at a time while looking for a boundary
 MAX_BOUNDARY_LINE = 4096  # bytes; longer lines are never taken as boundaries
 _DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>")
 _WIKITEXT_HEADING = re.compile(r"((?:= )+)\S.*?((?: =)+)")
