@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from bertprep import __version__, schema
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
-from bertprep.build_tasks import (PairTask, ScatterTask, ShardTask, TaskContext, gather_shard, merge_stats,
-                                  pair_partition, scatter_partition)
-from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, no_text_error, resolve_input_files
+from bertprep.build_tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext, fingerprint_input,
+                                  gather_shard, merge_stats, pair_partition, scatter_partition)
+from bertprep.corpus import (CorpusSpec, ReadStats, fingerprint_sources, input_fingerprints, no_text_error,
+                             resolve_input_files)
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import EXECUTORS, ExecutorReport, TaskCost, default_workers, make_executor
 from bertprep.instances import PAIRINGS, PairConfig
@@ -224,9 +225,22 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
 
 
 def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
+    with make_executor(config.executor, config.workers, config.ray_address) as executor:
+        return _build_on(executor, spec, tok, out, staging, config, progress, started)
+
+
+def _hashed_inputs(spec: CorpusSpec, executor) -> list[dict]:
+    """input_fingerprints, one task per input: hashing reads every byte, so the driver
+    leaves it to the workers (and a cluster hashes its files in parallel)."""
+    calls = [FingerprintTask(i, source) for i, source in enumerate(fingerprint_sources(spec))]
+    found = dict(executor.map(fingerprint_input, calls, TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY)))
+    return [found[i] for i in range(len(calls))]
+
+
+def _build_on(executor, spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
     input_files = resolve_input_files(spec)
     states = input_states(input_files)  # before the fingerprints, so a change while hashing counts too
-    inputs = input_fingerprints(spec)
+    inputs = _hashed_inputs(spec, executor)
     plan = _plan(spec, inputs, tok, config)
     manifest = same_build(staging, plan)
     if manifest is not None:  # stopped after writing its manifest, before publishing it
@@ -248,20 +262,19 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         corpus=spec,
     )
     warnings: list[str] = []
-    plan = plan_partitions(spec, config.partition_bytes)
-    with make_executor(config.executor, config.workers, config.ray_address) as executor:
-        partitions, read_stats = _pair_stage(spec, plan, ctx, config, executor, progress, warnings)
-        total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
-        if total_rows == 0:
-            raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
-        num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
-        num_shards = min(num_shards, total_rows)
-        stats = _scatter_stage(ctx, config, partitions, num_shards, executor, progress)
-        if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
-            warnings.extend(_pair_warnings(spec, config, stats, partitions))
-        warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
-        shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress)
-        report = executor.report()
+    partition_plan = plan_partitions(spec, config.partition_bytes)
+    partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, progress, warnings)
+    total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
+    if total_rows == 0:
+        raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
+    num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
+    num_shards = min(num_shards, total_rows)
+    stats = _scatter_stage(ctx, config, partitions, num_shards, executor, progress)
+    if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
+        warnings.extend(_pair_warnings(spec, config, stats, partitions))
+    warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
+    shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress)
+    report = executor.report()
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     manifest = build_manifest(

@@ -34,7 +34,7 @@ from bertprep.encoding import SentenceEncoder
 from bertprep.full_sentences import build_full_rows, document_starts
 from bertprep.instances import PairConfig, build_instances
 from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
-from bertprep.corpus import CorpusSpec
+from bertprep.corpus import CorpusSpec, fingerprint_source
 from bertprep.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
 from bertprep.plan import PartitionPlan, read_partition
 from bertprep.prose import vocabulary_lookup
@@ -66,6 +66,14 @@ class PairTask:
 
     ctx: TaskContext
     partition: PartitionPlan
+
+
+@dataclass(frozen=True)
+class FingerprintTask:
+    """Before stage 1: hash one input, as the manifest records it."""
+
+    index: int
+    source: tuple  # corpus.fingerprint_sources
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,13 @@ def _read_marker(path: pathlib.Path) -> dict | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+# --- stage 0 -----------------------------------------------------------------------
+
+
+def fingerprint_input(task: FingerprintTask) -> tuple[int, dict]:
+    return task.index, fingerprint_source(task.source)
 
 
 # --- stage 1 -----------------------------------------------------------------------
@@ -331,6 +346,8 @@ def gather_shard(task: ShardTask) -> dict:
 
 __all__ = [
     "TaskContext",
+    "FingerprintTask",
+    "fingerprint_input",
     "PairTask",
     "ScatterTask",
     "ShardTask",

@@ -432,17 +432,32 @@ def no_text_error(spec: CorpusSpec) -> BertprepError:
 # ---------------------------------------------------------------- fingerprints
 
 
+def fingerprint_sources(spec: CorpusSpec) -> list[tuple]:
+    """What input_fingerprints hashes, one small descriptor per input: ("file", path),
+    ("saved", directory, split) for a saved dataset among the paths, or ("dataset",
+    name or directory, config, split) for --dataset."""
+    sources: list[tuple] = []
+    for path in resolve_input_files(spec):
+        kind = "saved" if readers.format_of(path) == "dataset" else "file"
+        sources.append((kind, str(path), spec.split_name) if kind == "saved" else (kind, str(path)))
+    if spec.dataset:
+        sources.append(("dataset", spec.dataset, spec.dataset_config, spec.split_name))
+    return sources
+
+
+def fingerprint_source(source: tuple) -> dict:
+    """One input's fingerprint (see input_fingerprints); reads every byte of a file."""
+    if source[0] == "file":
+        return {"path": describe_path(source[1]), **readers.hash_files([Path(source[1])])}
+    if source[0] == "saved":
+        return {"path": describe_path(source[1]), **hf_datasets.dataset_fingerprint(Path(source[1]), None, source[2])}
+    return hf_datasets.dataset_fingerprint(*source[1:])
+
+
 def input_fingerprints(spec: CorpusSpec) -> list[dict]:
     """Per input, what a build manifest records: {"path", "bytes", "sha256"} of each file
     as stored (compressed files are hashed compressed); for a dataset, its name or
-    directory, config, split and `datasets` fingerprint."""
-    fingerprints = []
-    for path in resolve_input_files(spec):
-        if readers.format_of(path) == "dataset":
-            info = hf_datasets.dataset_fingerprint(path, None, spec.split_name)
-            fingerprints.append({"path": describe_path(path), **info})
-        else:
-            fingerprints.append({"path": describe_path(path), **readers.hash_files([path])})
-    if spec.dataset:
-        fingerprints.append(hf_datasets.dataset_fingerprint(spec.dataset, spec.dataset_config, spec.split_name))
-    return fingerprints
+    directory, config, split and `datasets` fingerprint. build-shards computes the same
+    with its executor, one task per input (fingerprint_source), so that its driver
+    reads no input."""
+    return [fingerprint_source(source) for source in fingerprint_sources(spec)]

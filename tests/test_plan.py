@@ -258,3 +258,36 @@ def test_read_statistics_merge_per_input_and_an_unusable_input_is_named(tmp_path
     _, _, counts = planned_documents(CorpusSpec(paths=(str(path), str(junk))), 256)
     with pytest.raises(BertprepError, match=rf"^{junk}: no usable text \(3 undecodable byte sequences\)$"):
         merge_read_stats(counts)
+
+
+# --- the driver of a build -----------------------------------------------------------
+
+
+def test_a_build_reads_and_hashes_its_inputs_only_in_its_workers(tmp_path, monkeypatch):
+    """With a worker pool, the driver process plans (a few bytes per cut) and reads no
+    input otherwise: its readers and hashing are disabled here, the workers' are not."""
+    import hashlib
+
+    from bertprep import hf_datasets, readers
+    from bertprep.build import BuildConfig, build_shards
+    from shard_fixtures import shard_bytes, write_corpus, write_vocab
+
+    first = write_corpus(tmp_path / "a.txt", documents=150, seed=1)
+    second = write_corpus(tmp_path / "b.txt", documents=150, seed=2)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    spec = CorpusSpec(paths=(str(first), str(second)))
+    options = {"partition_bytes": 4096, "num_shards": 2, "engine": "tokenizers"}
+    build_shards(spec, vocab, tmp_path / "one", BuildConfig(workers=1, cache_dir=str(tmp_path / "c1"), **options),
+                 progress=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the driver read an input")
+
+    for module, name in ((readers, "iter_chunks"), (readers, "hash_files"), (hf_datasets, "hash_files")):
+        monkeypatch.setattr(module, name, refuse)
+    result = build_shards(spec, vocab, tmp_path / "two", BuildConfig(workers=2, cache_dir=str(tmp_path / "c2"), **options),
+                          progress=False)
+    assert shard_bytes(tmp_path / "two") == shard_bytes(tmp_path / "one")
+    assert [i["sha256"] for i in result.manifest["inputs"]] == [hashlib.sha256(p.read_bytes()).hexdigest()
+                                                                 for p in (first, second)]
+    assert result.manifest["totals"]["partitions"] > 10 and result.read_stats.files == 2
