@@ -25,8 +25,8 @@ from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build_tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext, fingerprint_input,
                                   gather_shard, merge_stats, pair_partition, scatter_partition)
-from bertprep.corpus import (CorpusSpec, ReadStats, fingerprint_sources, input_fingerprints, no_text_error,
-                             resolve_input_files)
+from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
+from bertprep.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.executor import EXECUTORS, ExecutorReport, TaskCost, default_workers, make_executor
 from bertprep.instances import PAIRINGS, PairConfig

@@ -34,7 +34,8 @@ from bertprep.encoding import SentenceEncoder
 from bertprep.full_sentences import build_full_rows, document_starts
 from bertprep.instances import PairConfig, build_instances
 from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
-from bertprep.corpus import CorpusSpec, fingerprint_source
+from bertprep.corpus import CorpusSpec
+from bertprep.fingerprints import fingerprint_source
 from bertprep.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
 from bertprep.plan import PartitionPlan, read_partition
 from bertprep.prose import vocabulary_lookup

@@ -2,7 +2,9 @@
 
 Shared by train-tokenizer and build-shards. `iter_documents(spec)` yields each document
 as a non-empty list of stripped, non-empty sentence strings, streaming with bounded
-memory. What a document is:
+memory; `iter_piece_documents` yields those of one planned part of an input (a byte
+range cut between documents, see bertprep/plan.py), the same as the whole file's reading
+gives there. What a document is:
 
 - Plain text in the reference layout (REFERENCE.md, "Corpus format"): a sentence per
   line, a blank (or whitespace-only) line ends a document; several blank lines in a row
@@ -427,37 +429,3 @@ def no_text_error(spec: CorpusSpec) -> BertprepError:
     names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
     return BertprepError(f"{shown}: no text found")
-
-
-# ---------------------------------------------------------------- fingerprints
-
-
-def fingerprint_sources(spec: CorpusSpec) -> list[tuple]:
-    """What input_fingerprints hashes, one small descriptor per input: ("file", path),
-    ("saved", directory, split) for a saved dataset among the paths, or ("dataset",
-    name or directory, config, split) for --dataset."""
-    sources: list[tuple] = []
-    for path in resolve_input_files(spec):
-        kind = "saved" if readers.format_of(path) == "dataset" else "file"
-        sources.append((kind, str(path), spec.split_name) if kind == "saved" else (kind, str(path)))
-    if spec.dataset:
-        sources.append(("dataset", spec.dataset, spec.dataset_config, spec.split_name))
-    return sources
-
-
-def fingerprint_source(source: tuple) -> dict:
-    """One input's fingerprint (see input_fingerprints); reads every byte of a file."""
-    if source[0] == "file":
-        return {"path": describe_path(source[1]), **readers.hash_files([Path(source[1])])}
-    if source[0] == "saved":
-        return {"path": describe_path(source[1]), **hf_datasets.dataset_fingerprint(Path(source[1]), None, source[2])}
-    return hf_datasets.dataset_fingerprint(*source[1:])
-
-
-def input_fingerprints(spec: CorpusSpec) -> list[dict]:
-    """Per input, what a build manifest records: {"path", "bytes", "sha256"} of each file
-    as stored (compressed files are hashed compressed); for a dataset, its name or
-    directory, config, split and `datasets` fingerprint. build-shards computes the same
-    with its executor, one task per input (fingerprint_source), so that its driver
-    reads no input."""
-    return [fingerprint_source(source) for source in fingerprint_sources(spec)]

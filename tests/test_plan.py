@@ -291,3 +291,20 @@ def test_a_build_reads_and_hashes_its_inputs_only_in_its_workers(tmp_path, monke
     assert [i["sha256"] for i in result.manifest["inputs"]] == [hashlib.sha256(p.read_bytes()).hexdigest()
                                                                  for p in (first, second)]
     assert result.manifest["totals"]["partitions"] > 10 and result.read_stats.files == 2
+
+
+def test_a_bad_record_far_into_a_jsonl_file_is_named_by_its_line(tmp_path):
+    import json
+
+    path = tmp_path / "records.jsonl"
+    lines = [json.dumps({"text": f"Record {i}. It has two sentences."}) for i in range(500)]
+    lines[433] = '{"text": "broken'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spec = CorpusSpec(paths=(str(path),))
+    plan = plan_partitions(spec, 1024)
+    assert len(plan) > 10 and plan[-1].pieces[0].start > 0
+    with pytest.raises(BertprepError) as whole:
+        list(iter_documents(spec))
+    with pytest.raises(BertprepError) as planned:
+        planned_documents(spec, 1024)
+    assert str(planned.value) == str(whole.value) == f"{path}:434: invalid JSON: Unterminated string starting at column 10"
