@@ -1,13 +1,16 @@
 """build-shards on Ray against the local executor, measured in the same run.
 
-    python benchmarks/bench_ray_build.py [--mb 20] [--dupe 1]
+    python benchmarks/bench_ray_build.py [--mb 20] [--dupe 1] [--time-only]
 
 On the same corpus (>= 20 MB of real English from ../shared/data), the same options and
 an empty token cache each time: (a) the time of `--executor ray` (a local Ray started
 for the run, startup included) against `--executor local`, target <= 1.25x on a 2-core
 machine where Ray only adds overhead; (b) the peak RSS of the whole process tree
 (driver, Ray's own processes and workers, summed) for 1x and 4x the corpus, target
-<= 1.15x; (c) the driver process's own peak RSS, 1x against 4x, target <= 1.1x.
+<= 1.15x; (c) the driver process's own peak RSS, 1x against 4x, target <= 1.1x; (d)
+where Ray's fixed cost goes: starting a local Ray, a fresh worker's first task, its
+imports and tokenizer, a task's round trip, stopping Ray. `--time-only` runs (a) alone
+(at a large --mb, where the fixed cost amortises, without the 4x builds).
 """
 from __future__ import annotations
 
@@ -106,6 +109,67 @@ def joined_cluster_seconds(corpus, vocab, out, cache, dupe: int) -> float:
         head.wait(timeout=60)
 
 
+FIXED_COSTS = """
+import json, os, statistics, sys, time
+import ray
+vocab, cpus = sys.argv[1], int(sys.argv[2])
+def first(): return os.getpid()
+def warm(path):
+    start = time.perf_counter()
+    import bertprep.build_tasks
+    from bertprep.encoding import SentenceEncoder
+    from bertprep.tokenizer import load_tokenizer
+    imported = time.perf_counter()
+    SentenceEncoder(load_tokenizer(path), "auto")
+    return imported - start, time.perf_counter() - imported
+def noop(x): return x
+times = {}
+start = time.perf_counter()
+ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+times["ray.init (a local Ray started)"] = time.perf_counter() - start
+start = time.perf_counter()
+ray.get([ray.remote(first).remote() for _ in range(cpus)])
+times["first task on each fresh worker"] = time.perf_counter() - start
+imports, tokenizer = zip(*ray.get([ray.remote(warm).remote(vocab) for _ in range(cpus)]))
+times["worker: import bertprep.build_tasks"] = max(imports)
+times["worker: load tokenizer + encoder"] = max(tokenizer)
+remote_noop, rounds = ray.remote(noop), []
+for _ in range(30):
+    start = time.perf_counter()
+    ray.get(remote_noop.remote(b"x" * 1000))
+    rounds.append(time.perf_counter() - start)
+times["one task round trip (median of 30)"] = statistics.median(rounds)
+start = time.perf_counter()
+ray.shutdown()
+times["ray.shutdown"] = time.perf_counter() - start
+print(json.dumps(times))
+"""
+
+
+def fixed_costs(vocab) -> dict:
+    """Seconds of each part of Ray's fixed cost, measured alone in a fresh process."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", FIXED_COSTS, str(vocab), str(os.cpu_count())], capture_output=True,
+                          text=True, check=True, env={**os.environ, "RAY_ADDRESS": ""})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def time_only(small, mb: float, vocab, tmp: pathlib.Path, dupe: int) -> None:
+    """Ray against local time on one corpus, each run twice, alternating."""
+    runs = {"local": [], "ray": []}
+    for _ in range(2):
+        for executor in ("local", "ray"):
+            seconds, _, _, _ = build(small, vocab, tmp / f"out-{executor}", tmp / "cache", executor, dupe)
+            runs[executor].append(seconds)
+            print(f"{executor:5}: {seconds:6.1f} s ({mb / seconds:.2f} MB/s)")
+    same = shard_digests(tmp / "out-local") == shard_digests(tmp / "out-ray")
+    tl, tr = min(runs["local"]), min(runs["ray"])
+    print(f"ray and local shards identical: {same}")
+    print(f"time ray/local on {mb:.0f} MB (best of 2 each): {tr / tl:.2f}x with a local Ray started for the run "
+          "(target <= 1.25x)")
+
+
 def shard_digests(out: pathlib.Path) -> dict[str, str]:
     import json
 
@@ -116,13 +180,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=20.0, help="corpus size in MB (and 4x for the memory check)")
     parser.add_argument("--dupe", type=int, default=1, help="--dupe-factor of every build")
+    parser.add_argument("--time-only", action="store_true", help="only Ray against local time at --mb (no 4x builds)")
     args = parser.parse_args()
     data = shared_data_or_exit()
     vocab = data / "bert-base-uncased-vocab.txt"
+    print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         tmp = pathlib.Path(tmp)
         small, large = tmp / "corpus.txt", tmp / "corpus4x.txt"
         mb = write_corpus(small, int(args.mb * 1e6)) / 1e6
+        if args.time_only:
+            print(f"corpus: {mb:.1f} MB of real English, dupe factor {args.dupe}, {os.cpu_count()} CPUs, cold token cache")
+            time_only(small, mb, vocab, tmp, args.dupe)
+            print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+            return
         write_corpus(large, int(4 * args.mb * 1e6))
         print(f"corpus: {mb:.1f} MB and {4 * mb:.1f} MB of real English, dupe factor {args.dupe}, "
               f"{os.cpu_count()} CPUs, cold token cache each build")
@@ -151,6 +222,9 @@ def main() -> None:
               f"{max(tasks['shard_bytes']) / MIB:.1f} MiB")
         print(f"peak RSS of the process tree, 4x/1x: ray {r4 / r1:.2f}x, local {l4 / l1:.2f}x (target <= 1.15x)")
         print(f"peak RSS of the driver alone, 4x/1x: ray {d4 / d1:.2f}x, local {ld4 / ld1:.2f}x (target <= 1.1x)")
+        for part, seconds in fixed_costs(vocab).items():
+            print(f"Ray fixed cost, {part}: {seconds * 1000:,.0f} ms")
+        print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

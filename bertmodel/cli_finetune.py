@@ -13,6 +13,8 @@ from bertmodel.finetune import FinetuneConfig
 from bertprep.clikit import OneLineErrors, user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+UNPAD_HELP = ("on: compute only the real tokens of each batch (packed); off: padded; auto: what measured faster on "
+              "the device (packed for classification on the CPU, padded otherwise; QA is always padded).")
 
 
 def _opt(name: str, defaults: bool = True, **kwargs):
@@ -77,8 +79,7 @@ def training_options(fn):
              "--max-steps (rerun to continue)."),
         _opt("--seed", type=int, help="Seed of the new head, dropout and data order (CPU runs repeat exactly)."),
         _opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available."),
-        _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help="on: compute only the real tokens of each "
-             "batch (packed); off: padded; auto: what measured faster on the device (padded on CPU)."),
+        _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP),
         _opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: every epoch)."),
         _opt("--save-every", type=click.IntRange(min=1), help="Checkpoint every N steps [default: every epoch]."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
@@ -160,9 +161,10 @@ def qa(**options):
 @click.option("--out", type=click.Path(file_okay=False), help="Where predictions go [default: RUN].")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
+@_opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
 @data_options(defaults=False)
 @user_errors
-def evaluate(run, data, out, device, **options):
+def evaluate(run, data, out, device, unpad, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
@@ -175,7 +177,7 @@ def evaluate(run, data, out, device, **options):
     if data:
         options["validation"] = data
         options["dataset"] = None
-    metrics, paths = evaluate_model(run, options, out_dir=out, device=device)
+    metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad)
     click.echo(json.dumps(metrics, sort_keys=True))
     click.echo(f"predictions: {', '.join(map(str, paths))}", err=True)
 
@@ -188,8 +190,9 @@ def evaluate(run, data, out, device, **options):
 @click.option("--question", help="A question (QA models).")
 @click.option("--context", help="The context to find its answer in (QA models).")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
+@_opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
 @user_errors
-def predict(run, texts, pairs, file, question, context, device):
+def predict(run, texts, pairs, file, question, context, device, unpad):
     """Labels with probabilities for texts, or the answer to --question in --context.
 
     \b
@@ -202,7 +205,7 @@ def predict(run, texts, pairs, file, question, context, device):
     if question or context:
         if not (question and context):
             raise click.UsageError("--question and --context go together")
-        for r in predict_answers(run, [question], [context], device=device):
+        for r in predict_answers(run, [question], [context], device=device, unpad=unpad):
             click.echo(f"{r['answer']}\t{r['score']:.4f}")
         return
     records = None
@@ -214,7 +217,7 @@ def predict(run, texts, pairs, file, question, context, device):
         raise click.UsageError("give texts, --file, or --question with --context")
     if pairs and len(pairs) != len(texts):
         raise click.UsageError(f"{len(pairs)} --pair for {len(texts)} texts")
-    results = predict_texts(run, list(texts), list(pairs) or None, device=device)
+    results = predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad)
     for r in results:
         if records is not None:
             click.echo(json.dumps(r, ensure_ascii=False))

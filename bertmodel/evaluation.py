@@ -30,8 +30,12 @@ def model_dir(path) -> Path:
     return path
 
 
-def _setup(model, options: dict, device: str, read_validation: bool = True):
-    """(task object, model on device, device) for a fine-tuned model and data options."""
+def _setup(model, options: dict, device: str, read_validation: bool = True, unpad: str = "auto"):
+    """(task object, model on device, device) for a fine-tuned model and data options;
+    `unpad` as the fine-tuning option (auto: what measured faster on the device)."""
+    from bertmodel.model.unpad import resolve as resolve_unpad
+    from bertmodel.model.unpad import set_unpad
+
     from bertmodel.data.labels import LabelSpace
     from bertmodel.finetune import FinetuneConfig
 
@@ -68,13 +72,15 @@ def _setup(model, options: dict, device: str, read_validation: bool = True):
         task = ClassificationTask(cfg, d, log, label_space=labels)
         net = BertForSequenceClassification(pre.config, labels.num_labels)
     load_into(net, pre)
+    set_unpad(net, resolve_unpad(unpad, d.device, net))  # only how it computes: the weights are the same
     return task, net.to(d.device).eval(), d
 
 
-def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu") -> tuple[dict, list[Path]]:
+def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu",
+                   unpad: str = "auto") -> tuple[dict, list[Path]]:
     """The task's metrics on the validation data (0-100 for SQuAD, as the official script)
     and the prediction files written into out_dir (default: the model's run dir)."""
-    task, net, d = _setup(model, options, device)
+    task, net, d = _setup(model, options, device, unpad=unpad)
     if task.validation is None:
         raise BertmodelError(f"{model}: no evaluation data; pass --data FILE (or --dataset NAME)")
     out_dir = Path(out_dir) if out_dir else Path(model)
@@ -92,11 +98,12 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu") -> t
     return {k.removeprefix("eval_"): v for k, v in metrics.items()}, paths
 
 
-def predict_texts(model, texts: list[str], pairs: list[str] | None = None, device: str = "cpu") -> list[dict]:
+def predict_texts(model, texts: list[str], pairs: list[str] | None = None, device: str = "cpu",
+                  unpad: str = "auto") -> list[dict]:
     """Label and probabilities for each text (pair) with a fine-tuned classifier."""
     from bertmodel.data.classification import encode_texts, pad_batch
 
-    task, net, d = _setup(model, {}, device, read_validation=False)
+    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
     if hasattr(task, "validation_windows"):
         raise BertmodelError(f"{model}: a question-answering model; pass --question and --context")
     encoded = encode_texts(task.tok, texts, pairs, task.cfg.max_seq_length)
@@ -112,13 +119,15 @@ def predict_texts(model, texts: list[str], pairs: list[str] | None = None, devic
              "probabilities": dict(zip(names, map(float, p)))} for t, p in zip(texts, probs)]
 
 
-def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu") -> list[dict]:
-    """The best answer span (and its probability among the n-best) for each question."""
+def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu",
+                    unpad: str = "auto") -> list[dict]:
+    """The best answer span (and its probability among the n-best) for each question
+    (`unpad` is accepted for symmetry: QA always runs padded, see model/unpad.py)."""
     from bertmodel.data.qa_features import prepare_qa_features
     from bertmodel.data.squad import SquadExample
     from bertmodel.tasks.qa import WindowSet
 
-    task, net, d = _setup(model, {}, device, read_validation=False)
+    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
     if not hasattr(task, "validation_windows"):
         raise BertmodelError(f"{model}: a classifier, not a question-answering model; pass texts")
     examples = [SquadExample(str(i), "", q, c, [], False, "command line") for i, (q, c) in

@@ -14,17 +14,16 @@ digest, when asked, is taken of the complete file first); on an error it is remo
 """
 from __future__ import annotations
 
-import pathlib
-
 import pyarrow as pa
 
+from bertprep import storage
 from bertprep.atomic import atomic_output, sha256_file
 
 
 class ArrowWriter:
     def __init__(self, path, schema: pa.Schema, *, stream: bool = True, batch_rows: int | None = None,
                  digest: bool = False, fsync: bool = True):
-        self.path = pathlib.Path(path)
+        self.path = storage.path(path)  # a local path or an object-store URL
         self.schema = schema
         self.stream = stream
         self.batch_rows = batch_rows
@@ -40,7 +39,7 @@ class ArrowWriter:
         self._output = atomic_output(self.path, fsync=self.fsync)
         self._tmp = self._output.__enter__()
         try:
-            self._sink = pa.OSFile(str(self._tmp), "wb")
+            self._sink = storage.open_output(self._tmp)
             opener = pa.ipc.new_stream if self.stream else pa.ipc.new_file
             self._writer = opener(self._sink, self.schema)
         except BaseException as exc:

@@ -1,15 +1,19 @@
-"""Write-then-rename helpers, so a crash never leaves a file that looks complete."""
+"""Write-then-rename helpers, so a crash never leaves a file that looks complete.
+
+They take local paths and object-store URLs alike (bertprep.storage); on a store the
+"rename" is a copy and a delete, which still never shows a partial object."""
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
 import os
-import pathlib
 import random
 
+from bertprep import storage
 
-def _temporary_name(path: pathlib.Path) -> pathlib.Path:
+
+def _temporary_name(path):
     # Unique per writer, so two processes never share a temporary file.
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{random.getrandbits(32):08x}")
 
@@ -18,21 +22,27 @@ def _temporary_name(path: pathlib.Path) -> pathlib.Path:
 def atomic_output(path, fsync: bool = True):
     """Yield a temporary path beside `path`; rename it to `path` if the block succeeds,
     delete it if not. For writers that stream to a file themselves (Arrow IPC)."""
-    path = pathlib.Path(path)
+    path = storage.path(path)
     tmp = _temporary_name(path)
     try:
         yield tmp
-        if fsync:
+        if fsync and not storage.is_remote(tmp):
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        storage.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
 def write_bytes_atomic(path, data: bytes | memoryview, fsync: bool = True) -> None:
-    path = pathlib.Path(path)
+    path = storage.path(path)
+    if storage.is_remote(path):
+        # One upload of bytes in hand: the object appears whole when it completes, or
+        # not at all, so no temporary is needed.
+        with storage.open_output(path) as f:
+            f.write(data)
+        return
     tmp = _temporary_name(path)
     try:
         with open(tmp, "wb") as f:
@@ -53,7 +63,7 @@ def write_json_atomic(path, obj, fsync: bool = True) -> None:
 
 def sha256_file(path, chunk: int = 1 << 22) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with storage.open_input(path) as f:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
@@ -61,6 +71,6 @@ def sha256_file(path, chunk: int = 1 << 22) -> str:
 
 def remove_stale_temporaries(directory) -> None:
     """Temporary files of killed writers (`.NAME.tmp-PID-XXXX`)."""
-    for path in pathlib.Path(directory).glob(".*.tmp-*"):
+    for path in storage.path(directory).glob(".*.tmp-*"):
         if path.is_file():
             path.unlink(missing_ok=True)

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import codecs
 import re
-from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from bertprep import readers
+from bertprep import readers, storage
 
 LAYOUTS = ("blank", "doc", "heading", "separator", "record")
 WINDOW = 16 * 1024  # bytes read at a time while looking for a boundary
@@ -93,12 +92,12 @@ def _starts_document(text: str, layout: str, separator: re.Pattern | None) -> bo
     return layout == "heading" and wikitext_level(text) == 1
 
 
-def find_cut(path: Path, desired: int, size: int, layout: str, separator: re.Pattern | None = None) -> int:
-    """The first document boundary of `path` at or after byte `desired` (the file's
-    size when there is none)."""
+def find_cut(path, desired: int, size: int, layout: str, separator: re.Pattern | None = None) -> int:
+    """The first document boundary of `path` (a local path or an object-store URL) at
+    or after byte `desired` (the file's size when there is none)."""
     if desired >= size:
         return size
-    with open(path, "rb") as stream:
+    with storage.open_input(path) as stream:
         if layout == "blank":
             # The line holding byte desired - 1 ends at or after the cut: start there.
             back = max(0, desired - 1 - MAX_BOUNDARY_LINE)
@@ -122,10 +121,10 @@ def find_cut(path: Path, desired: int, size: int, layout: str, separator: re.Pat
         return size
 
 
-def sniff_layout(path: Path, prose: bool, separator: re.Pattern | None) -> tuple[str | None, bool]:
+def sniff_layout(path, prose: bool, separator: re.Pattern | None) -> tuple[str | None, bool]:
     """(layout, wikitext) of an uncompressed text file, from its first non-blank line;
     raises, naming the file, when its start looks binary (as reading it would)."""
-    with open(path, "rb") as stream:
+    with storage.open_input(path) as stream:
         head = stream.read(4 * readers.BINARY_PROBE_BYTES)  # at least the reader's probe, in characters
         text, _ = codecs.utf_8_decode(head, "replace", False)
         readers.check_not_binary(path, head, text)

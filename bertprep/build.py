@@ -20,22 +20,22 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from bertprep import __version__, schema
+from bertprep import __version__, schema, storage
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
+from bertprep.build_progress import TrackedExecutor
 from bertprep.build_tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext, fingerprint_input,
                                   gather_shard, merge_stats, pair_partition, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
-from bertprep.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.errors import BertprepError, check_parent_is_directory
+from bertprep.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.executor import EXECUTORS, ExecutorReport, TaskCost, default_workers, make_executor
 from bertprep.instances import PAIRINGS, PairConfig
-from bertprep.lock import DirectoryLock
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
 from bertprep.pair_quality import degenerate_pairs_warning, figures
 from bertprep.plan import merge_read_stats, plan_partitions
-from bertprep.progress import progress_bar
+from bertprep.progress import BuildProgress
 from bertprep.tokenizer import load_tokenizer
 
 MB = 1 << 20
@@ -135,20 +135,36 @@ class BuildResult:
     executor: ExecutorReport | None = None  # where the work ran (None when nothing ran)
 
 
-def staging_path(out: pathlib.Path) -> pathlib.Path:
+def staging_path(out):
     return out.with_name(out.name + ".partial")
 
 
-def _check_output(out: pathlib.Path, overwrite: bool) -> bool:
+def _check_output(out, overwrite: bool) -> bool:
     """True when OUT holds a finished build (and --overwrite was not given)."""
-    check_parent_is_directory(out)
+    if storage.is_remote(out):
+        out.check_bucket()
+    else:
+        check_parent_is_directory(out)
     if out.exists() and not out.is_dir():
         raise BertprepError(f"{out}: output path exists and is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         if (out / "manifest.json").exists():
             return True
+        if _publishing_interrupted(out):
+            return False
         raise BertprepError(f"{out}: already holds files; pass --overwrite to replace it")
     return False
+
+
+def _publishing_interrupted(out) -> bool:
+    """On an object store, publishing copies the finished staging directory into OUT,
+    the manifest last: OUT without a manifest, holding only files of a finished staging
+    directory, is such a copy cut short (the same command finishes it)."""
+    staging = staging_path(out)
+    if not storage.is_remote(out) or not (staging / "manifest.json").exists():
+        return False
+    ours = {str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()}
+    return all(str(p.relative_to(out)) in ours for p in out.rglob("*") if p.is_file())
 
 
 def _finished_result(spec: CorpusSpec, tok, out: pathlib.Path, config: BuildConfig, started: float) -> BuildResult:
@@ -164,25 +180,31 @@ def _finished_result(spec: CorpusSpec, tok, out: pathlib.Path, config: BuildConf
 
 def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, overwrite: bool = False, progress: bool = True) -> BuildResult:
     started = time.perf_counter()
-    out = pathlib.Path(out)
+    out = storage.path(out)  # a local path or an object-store URL
     finished = _check_output(out, overwrite)
+    if config.cache_dir and storage.is_remote(config.cache_dir):
+        storage.path(config.cache_dir).mkdir()  # a missing bucket fails now, before any work
     tok = load_tokenizer(tokenizer_path)
     if finished:
         return _finished_result(spec, tok, out, config, started)
     staging = staging_path(out)
     staging.mkdir(parents=True, exist_ok=True)
-    with DirectoryLock(staging):
+    with storage.lock_for(staging):
         try:
             result = _build_locked(spec, tok, out, staging, config, progress, started)
+        except storage.StoreError:
+            raise  # the store failed, not the command: what is done stays for a rerun
         except BertprepError:
             # A problem with the input or the options: this command cannot finish as
             # given, so its staging directory is not worth resuming (tokenized
             # partitions stay in the cache); leave nothing behind.
-            shutil.rmtree(staging, ignore_errors=True)
+            storage.rmtree(staging, ignore_errors=True)
             raise
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise BertprepError(f"{staging}: disk full while writing ({os.strerror(exc.errno)}); free space and run the same command again to resume") from None
+            if storage.is_remote(staging):
+                raise storage.store_error(staging, exc) from None
             raise
     return result
 
@@ -199,7 +221,7 @@ def _plan(spec: CorpusSpec, inputs: list[dict], tok, config: BuildConfig) -> dic
     }
 
 
-def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
+def _prepare_work_dir(staging, plan: dict):
     """The work directory of this exact command; work left by a different command is
     discarded (it is ours, never the user's)."""
     import json
@@ -213,7 +235,7 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
     if previous != json.loads(json.dumps(plan)):
         for child in staging.iterdir():
             if child.name != ".lock":
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                storage.rmtree(child) if child.is_dir() else child.unlink()
         work.mkdir()
         write_json_atomic(plan_file, plan)
     else:
@@ -224,11 +246,6 @@ def _prepare_work_dir(staging: pathlib.Path, plan: dict) -> pathlib.Path:
     return work
 
 
-def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
-    with make_executor(config.executor, config.workers, config.ray_address) as executor:
-        return _build_on(executor, spec, tok, out, staging, config, progress, started)
-
-
 def _hashed_inputs(spec: CorpusSpec, executor) -> list[dict]:
     """input_fingerprints, one task per input: hashing reads every byte, so the driver
     leaves it to the workers (and a cluster hashes its files in parallel)."""
@@ -237,44 +254,52 @@ def _hashed_inputs(spec: CorpusSpec, executor) -> list[dict]:
     return [found[i] for i in range(len(calls))]
 
 
-def _build_on(executor, spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
+def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
     input_files = resolve_input_files(spec)
     states = input_states(input_files)  # before the fingerprints, so a change while hashing counts too
-    inputs = _hashed_inputs(spec, executor)
-    plan = _plan(spec, inputs, tok, config)
-    manifest = same_build(staging, plan)
-    if manifest is not None:  # stopped after writing its manifest, before publishing it
-        _check_and_publish(staging, out, config)
-        return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"], ReadStats(), [])
-    work = _prepare_work_dir(staging, plan)
-    tokenizer_files = tok.save(staging)
-    cache_dir = pathlib.Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    ctx = TaskContext(
-        tokenizer_dir=str(staging),
-        tokenizer_fingerprint=tok.fingerprint(),
-        cache_dir=str(cache_dir),
-        work_dir=str(work),
-        seed=config.seed,
-        dupe_factor=config.dupe_factor,
-        pairs=config.pair_config(),
-        masking=config.masking_config(),
-        engine=config.engine,
-        corpus=spec,
-    )
     warnings: list[str] = []
-    partition_plan = plan_partitions(spec, config.partition_bytes)
-    partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, progress, warnings)
-    total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
-    if total_rows == 0:
-        raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
-    num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
-    num_shards = min(num_shards, total_rows)
-    stats = _scatter_stage(ctx, config, partitions, num_shards, executor, progress)
-    if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
-        warnings.extend(_pair_warnings(spec, config, stats, partitions))
-    warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
-    shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress)
-    report = executor.report()
+    # One display for the whole build, from before the executor starts (a Ray cluster
+    # takes seconds to start or join): every task's result is counted as it returns.
+    starting = f"starting the {config.executor} executor"
+    with BuildProgress(progress, waiting=starting) as bar, \
+            make_executor(config.executor, config.workers, config.ray_address) as pool:
+        inputs = _hashed_inputs(spec, pool)
+        plan = _plan(spec, inputs, tok, config)
+        manifest = same_build(staging, plan)
+        if manifest is not None:  # stopped after writing its manifest, before publishing it
+            _check_and_publish(staging, out, config)
+            return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"],
+                               ReadStats(), [])
+        work = _prepare_work_dir(staging, plan)
+        tokenizer_files = tok.save(staging)
+        cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
+        ctx = TaskContext(
+            tokenizer_dir=str(staging),
+            tokenizer_fingerprint=tok.fingerprint(),
+            cache_dir=str(cache_dir),
+            work_dir=str(work),
+            seed=config.seed,
+            dupe_factor=config.dupe_factor,
+            pairs=config.pair_config(),
+            masking=config.masking_config(),
+            engine=config.engine,
+            corpus=spec,
+        )
+        partition_plan = plan_partitions(spec, config.partition_bytes)
+        executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
+                                   sum(p.size for p in partition_plan))
+        partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
+        total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
+        if total_rows == 0:
+            raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
+        num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
+        num_shards = min(num_shards, total_rows)
+        stats = _scatter_stage(ctx, config, partitions, num_shards, executor)
+        if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
+            warnings.extend(_pair_warnings(spec, config, stats, partitions))
+        warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
+        shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor)
+        report = executor.report()
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     manifest = build_manifest(
@@ -296,7 +321,7 @@ def _build_on(executor, spec, tok, out, staging, config: BuildConfig, progress, 
     # A task retried after its worker was lost may have left its temporary behind.
     remove_stale_temporaries(staging)
     write_dataset_files(staging, shards, tok.vocab_size, manifest)
-    shutil.rmtree(work)
+    storage.rmtree(work)
     (staging / "plan.json").unlink()
     write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
     _check_and_publish(staging, out, config)
@@ -310,28 +335,20 @@ def _inputs_label(spec: CorpusSpec) -> str:
     return ", ".join(spec.paths) if len(spec.paths) <= 3 else f"{spec.paths[0]} (+{len(spec.paths) - 1} more)"
 
 
-def _pair_stage(spec, plan, ctx, config, executor, progress, warnings) -> tuple[list[dict], ReadStats]:
+def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict], ReadStats]:
     """Every planned partition read, tokenized and paired by its own task; the
     partitions' results in plan order and the corpus's read statistics."""
     if not plan:
         raise no_text_error(spec)
     calls = [PairTask(ctx, p) for p in plan]  # small descriptors: the tasks read the text
     results = []
-    bar = progress_bar(progress, total=sum(p.size for p in plan), desc="tokenize+pair", unit="B", unit_scale=True,
-                       unit_divisor=1024)
-    docs = 0
-    with bar:
-        for result in executor.map(pair_partition, calls, _pair_cost(config)):
-            results.append(result)
-            docs += result["documents"]
-            bar.update(result["planned_bytes"])
-            elapsed = max(bar.format_dict["elapsed"], 1e-9)
-            bar.set_postfix_str(f"{docs / elapsed:,.0f} docs/s", refresh=False)
-            if result["mismatches"]:
-                warnings.append(
-                    f"partition {result['index']}: nanotoken differed from tokenizers on "
-                    f"{result['mismatches']} sampled sentences; encoded it with tokenizers"
-                )
+    for result in executor.map(pair_partition, calls, _pair_cost(config)):
+        results.append(result)
+        if result["mismatches"]:
+            warnings.append(
+                f"partition {result['index']}: nanotoken differed from tokenizers on "
+                f"{result['mismatches']} sampled sentences; encoded it with tokenizers"
+            )
     results.sort(key=lambda r: r["index"])
     read_stats = merge_read_stats(part for r in results for part in r["read"])
     if read_stats.documents == 0:
@@ -361,7 +378,7 @@ def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partition
     return [warning] if warning else []
 
 
-def _scatter_stage(ctx, config, partitions, num_shards, executor, progress) -> dict:
+def _scatter_stage(ctx, config, partitions, num_shards, executor) -> dict:
     # Global row offset of each (partition, pass), in the fixed order passes x partitions.
     offsets, running = {}, 0
     for dupe in range(ctx.dupe_factor):
@@ -373,25 +390,19 @@ def _scatter_stage(ctx, config, partitions, num_shards, executor, progress) -> d
                     num_shards)
         for p in partitions
     ]
-    all_stats = []
-    with progress_bar(progress, total=len(calls), desc="mask+scatter", unit="part") as bar:
-        for stats in executor.map(scatter_partition, calls, _scatter_cost(config)):
-            all_stats.append(stats)
-            bar.update(1)
-    return merge_stats(all_stats)
+    return merge_stats(list(executor.map(scatter_partition, calls, _scatter_cost(config))))
 
 
-def _gather_stage(ctx, config, partitions, num_shards, staging, executor, progress) -> list[dict]:
+def _gather_stage(ctx, config, partitions, num_shards, staging, executor) -> list[dict]:
     indexes = tuple(p["index"] for p in partitions)
+    if indexes == tuple(range(len(indexes))):
+        # Every shard task names every partition: as a range its descriptor stays a few
+        # bytes instead of P numbers (~470 KB each at 120,000 partitions, i.e. a TB),
+        # sent once per shard.
+        indexes = range(len(indexes))
     calls = [ShardTask(ctx, s, num_shards, indexes, str(staging)) for s in range(num_shards)]
     rows_per_shard = math.ceil(sum(sum(p["rows_per_pass"]) for p in partitions) / num_shards)
-    shards = []
-    with progress_bar(progress, total=num_shards, desc="shuffle+write", unit="shard") as bar:
-        for result in executor.map(gather_shard, calls, _gather_cost(config, rows_per_shard)):
-            shards.append(result)
-            bar.update(1)
-    shards.sort(key=lambda s: s["name"])
-    return shards
+    return sorted(executor.map(gather_shard, calls, _gather_cost(config, rows_per_shard)), key=lambda s: s["name"])
 
 
 # Memory requests for a cluster scheduler: generous upper bounds from the sizes that
@@ -415,7 +426,7 @@ def _gather_cost(config: BuildConfig, rows: int) -> TaskCost:
     return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + 3 * rows * (4 * config.max_seq_length + 64))
 
 
-def _check_and_publish(staging: pathlib.Path, out: pathlib.Path, config: BuildConfig) -> None:
+def _check_and_publish(staging, out, config: BuildConfig) -> None:
     problem = contradicted_options(staging, config.whole_word_mask)
     if problem:
         raise BertprepError(f"{staging}: the shards contradict their options ({problem}); not published: "
@@ -423,8 +434,11 @@ def _check_and_publish(staging: pathlib.Path, out: pathlib.Path, config: BuildCo
     _publish(staging, out)
 
 
-def _publish(staging: pathlib.Path, out: pathlib.Path) -> None:
+def _publish(staging, out) -> None:
     """Move the finished staging directory to OUT, replacing an old result only now."""
+    if storage.is_remote(out):
+        _publish_to_store(staging, out)
+        return
     lock_file = staging / ".lock"
     if out.exists():
         old = out.with_name(out.name + ".old")
@@ -436,3 +450,18 @@ def _publish(staging: pathlib.Path, out: pathlib.Path) -> None:
     else:
         os.replace(staging, out)
     (out / lock_file.name).unlink(missing_ok=True)
+
+
+def _publish_to_store(staging, out) -> None:
+    """An object store renames nothing: the old result stops counting (its manifest goes
+    first), then the finished files are copied into OUT (server-side) and the manifest
+    last, the mark of a whole result; until then OUT reads as absent. A copy cut short
+    is finished by the same command (`_publishing_interrupted`)."""
+    manifest = out / "manifest.json"
+    manifest.unlink(missing_ok=True)
+    storage.rmtree(out)
+    files = [p for p in staging.rglob("*") if p.is_file() and p.name != manifest.name]
+    for file in files:
+        storage.copy_file(file, out / str(file.relative_to(staging)))
+    storage.copy_file(staging / manifest.name, manifest)
+    storage.rmtree(staging)

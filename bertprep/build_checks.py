@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+from bertprep import storage
 from bertprep.inspect_shards import measure
 
 Z_LIMIT = 6.0  # a correct build crosses it with probability ~2e-9 per figure
@@ -83,7 +84,7 @@ def input_states(files) -> dict[str, tuple[int, int]]:
     the build read it. A saved dataset directory counts by its files."""
     states = {}
     for path in files:
-        path = pathlib.Path(path)
+        path = storage.path(path)
         members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for member in members:
             try:

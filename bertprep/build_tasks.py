@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pathlib
 import random
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ import pyarrow as pa
 # default pool keeps it, which inflates every worker's resident size.
 pa.set_memory_pool(pa.system_memory_pool())
 
-from bertprep import schema
+from bertprep import schema, storage
 from bertprep.arrow_writer import ArrowWriter
 from bertprep.atomic import write_bytes_atomic, write_json_atomic
 from bertprep.encoding import SentenceEncoder
@@ -114,7 +113,8 @@ def _tokenizer(ctx: TaskContext, need_encoder: bool = False):
     key = (ctx.tokenizer_dir, ctx.tokenizer_fingerprint, ctx.engine)
     tok, encoder = _TOKENIZERS.get(key, (None, None))
     if tok is None:
-        tok = load_tokenizer(ctx.tokenizer_dir)
+        with storage.local_copy(ctx.tokenizer_dir) as directory:  # a store's files, fetched once
+            tok = load_tokenizer(directory)
         if tok.fingerprint() != ctx.tokenizer_fingerprint:
             raise RuntimeError(f"{ctx.tokenizer_dir}: tokenizer changed during the build")
     if need_encoder and encoder is None:
@@ -133,11 +133,11 @@ def vocabulary_for_masking(tok: LoadedTokenizer) -> Vocabulary:
     return Vocabulary(tok.special.mask, tok.vocab_size, tok.ordinary_ids(), continuation)
 
 
-def _work(ctx: TaskContext, name: str) -> pathlib.Path:
-    return pathlib.Path(ctx.work_dir) / name
+def _work(ctx: TaskContext, name: str):
+    return storage.path(ctx.work_dir) / name  # a local path or an object-store URL
 
 
-def _read_marker(path: pathlib.Path) -> dict | None:
+def _read_marker(path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
@@ -206,7 +206,7 @@ def pair_partition(task: PairTask) -> dict:
     return result
 
 
-def _save_npz(path: pathlib.Path, arrays: dict) -> None:
+def _save_npz(path, arrays: dict) -> None:
     import io
 
     buffer = io.BytesIO()
@@ -250,7 +250,7 @@ def scatter_partition(task: ScatterTask) -> dict:
         raise RuntimeError(f"tokenized partition {index} vanished from the cache {ctx.cache_dir}")
     stats = _empty_stats(ctx.pairs.max_seq_length)
     per_shard: list[list[pa.RecordBatch]] = [[] for _ in range(num_shards)]
-    with np.load(_work(ctx, f"pairs-{index:06d}.npz")) as saved:
+    with storage.open_whole(_work(ctx, f"pairs-{index:06d}.npz")) as file, np.load(file) as saved:
         for dupe in range(ctx.dupe_factor):
             pairs = saved[f"pass_{dupe}"]
             rng = np.random.default_rng(stream_seed(ctx.seed, "mask", index, dupe))
@@ -327,18 +327,19 @@ def gather_shard(task: ShardTask) -> dict:
     name = schema.shard_name(shard, num_shards)
     marker = _work(ctx, f"shard-{shard:05d}.json")
     done = _read_marker(marker)
-    if done is not None and (pathlib.Path(out_dir) / name).exists():
+    if done is not None and (storage.path(out_dir) / name).exists():
         return done
     batches = []
     for index in partitions:
         # Memory-mapped: only this shard's batches are paged in, so memory follows
         # the shard size, not the corpus size. The batches keep the map alive.
-        reader = pa.ipc.open_file(pa.memory_map(str(_work(ctx, f"scatter-{index:06d}.arrow"))))
+        # On an object store: ranged reads of this batch and the footer.
+        reader = pa.ipc.open_file(storage.open_random_access(_work(ctx, f"scatter-{index:06d}.arrow")))
         batches.append(reader.get_batch(shard))
     table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=batches[0].schema)
     rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
     table = table.take(pa.array(rng.permutation(table.num_rows))).combine_chunks()
-    with ArrowWriter(pathlib.Path(out_dir) / name, table.schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
+    with ArrowWriter(storage.path(out_dir) / name, table.schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
         writer.write(table)
     result = {"name": name, "rows": writer.rows, "bytes": writer.bytes, "sha256": writer.sha256}
     write_json_atomic(marker, result, fsync=False)

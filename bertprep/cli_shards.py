@@ -72,7 +72,8 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
         corpus += f"; {plural(totals['documents'], 'document')} with tokens"
     click.echo(corpus)
     if result.executor is not None:
-        click.echo(f"  {result.executor.summary()}")
+        for line in result.executor.summary().splitlines():
+            click.echo(f"  {line}")
     click.echo(
         f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
         f"random {stats['share_random']:.3f}; NSP random B {stats['next_sentence_random_fraction']:.3f}; "

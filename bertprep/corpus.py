@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bertprep import hf_datasets, readers
+from bertprep import hf_datasets, readers, storage
 from bertprep.boundaries import is_doc_open, wikitext_level
 from bertprep.errors import BertprepError, describe_path
 from bertprep.prose import KnownWord, ProseParagraphs
@@ -172,6 +172,9 @@ def resolve_input_files(spec: CorpusSpec) -> list[Path]:
         raise BertprepError("no input given: name files or directories, or a --dataset")
     found: list[Path] = []
     for given in spec.paths:
+        if storage.is_remote(given):  # an object store: listed there, files only
+            found.extend(storage.list_files(given, _looks_like_corpus_file))
+            continue
         path = Path(given)
         if not path.exists() and _GLOB_CHARS.search(given):
             matches = sorted(glob.glob(given, recursive=True))
@@ -400,7 +403,7 @@ def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: 
     or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`)."""
     counts = FileCounts()
     builder = _DocumentBuilder(spec, counts, stats, known_word)
-    path = Path(piece.path)
+    path = storage.path(piece.path)  # a local path or an object-store URL
     if piece.kind == "text":
         end_state: dict = {}
         lines = readers.iter_lines(path, counts, start=piece.start, end=piece.end)

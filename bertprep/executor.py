@@ -63,20 +63,25 @@ class TaskCost:
 
 @dataclass
 class ExecutorReport:
-    """For the build's summary line: where the work ran and what had to be redone."""
+    """For the build's summary: where the work ran and what had to be redone."""
 
     executor: str
     nodes: int
     cpus: int
     retries: int = 0  # calls started again after their worker or node was lost
-    retry_reasons: list[str] = field(default_factory=list)
+    retry_reasons: list[str] = field(default_factory=list)  # one per retry: the task, what was lost
+
+    SHOWN_REASONS = 5  # a summary lists this many retries, then counts the rest
 
     def summary(self) -> str:
-        text = f"executor {self.executor}: {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus} CPUs"
-        if self.retries:
-            reasons = "; ".join(sorted(set(self.retry_reasons))) or "worker lost"
-            text += f", {self.retries} tasks retried ({reasons})"
-        return text
+        """One line, then a line per retry (the first few): what a log reader needs to
+        tell a flaky node from a task that is too big for its memory."""
+        text = f"executor {self.executor}: {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus} CPU{'s' if self.cpus != 1 else ''}"
+        text += f", {self.retries} task{'s' if self.retries != 1 else ''} retried" if self.retries else ", no retries"
+        lines = [text] + [f"  retried {reason}" for reason in self.retry_reasons[:self.SHOWN_REASONS]]
+        if len(self.retry_reasons) > self.SHOWN_REASONS:
+            lines.append(f"  and {len(self.retry_reasons) - self.SHOWN_REASONS} more retries")
+        return "\n".join(lines)
 
 
 def _ignore_sigint() -> None:

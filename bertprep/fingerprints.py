@@ -5,9 +5,7 @@ by name's builder and version. Hashing reads every byte, so build-shards runs
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from bertprep import hf_datasets, readers
+from bertprep import hf_datasets, readers, storage
 from bertprep.corpus import CorpusSpec, resolve_input_files
 from bertprep.errors import describe_path
 
@@ -28,9 +26,9 @@ def fingerprint_sources(spec: CorpusSpec) -> list[tuple]:
 def fingerprint_source(source: tuple) -> dict:
     """One input's fingerprint (see input_fingerprints); reads every byte of a file."""
     if source[0] == "file":
-        return {"path": describe_path(source[1]), **readers.hash_files([Path(source[1])])}
+        return {"path": describe_path(source[1]), **readers.hash_files([storage.path(source[1])])}
     if source[0] == "saved":
-        return {"path": describe_path(source[1]), **hf_datasets.dataset_fingerprint(Path(source[1]), None, source[2])}
+        return {"path": describe_path(source[1]), **hf_datasets.dataset_fingerprint(storage.path(source[1]), None, source[2])}
     return hf_datasets.dataset_fingerprint(*source[1:])
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import pathlib
 
-from bertprep import schema
+from bertprep import schema, storage
 from bertprep.atomic import write_json_atomic
 
 
@@ -65,7 +64,7 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
 
 
 def write_dataset_files(directory, shards: list[dict], vocab_size: int, manifest: dict) -> None:
-    directory = pathlib.Path(directory)
+    directory = storage.path(directory)
     # A content fingerprint, so two identical builds have identical state.json too.
     fingerprint = hashlib.sha256(
         json.dumps([s["sha256"] for s in shards]).encode()

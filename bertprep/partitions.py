@@ -10,12 +10,12 @@ options, or another seed, does not tokenize again.
 from __future__ import annotations
 
 import hashlib
-import os
-import pathlib
+import io
 
 import numpy as np
 
-from bertprep.atomic import _temporary_name
+from bertprep import storage
+from bertprep.atomic import write_bytes_atomic
 from bertprep.encoding import SentenceEncoder
 from bertprep.instances import TokenizedPartition
 
@@ -60,12 +60,12 @@ def tokenize_documents(documents: list[list[str]], encoder: SentenceEncoder):
 
 
 class TokenCache:
-    """Tokenized partitions on disk, one .npz per (text hash, tokenizer)."""
+    """Tokenized partitions on disk or an object store, one .npz per (text hash, tokenizer)."""
 
     def __init__(self, directory):
-        self.directory = pathlib.Path(directory)
+        self.directory = storage.path(directory)
 
-    def path(self, text_hash: str, tokenizer_fingerprint: str) -> pathlib.Path:
+    def path(self, text_hash: str, tokenizer_fingerprint: str):
         key = hashlib.blake2b(
             f"{CACHE_FORMAT}:{tokenizer_fingerprint}:{text_hash}".encode(), digest_size=20
         ).hexdigest()
@@ -77,7 +77,7 @@ class TokenCache:
     def load(self, text_hash: str, tokenizer_fingerprint: str) -> TokenizedPartition | None:
         path = self.path(text_hash, tokenizer_fingerprint)
         try:
-            with np.load(path) as data:
+            with storage.open_whole(path) as file, np.load(file) as data:
                 return TokenizedPartition(
                     data["ids"], data["sentence_offsets"], data["document_offsets"]
                 )
@@ -87,16 +87,6 @@ class TokenCache:
     def save(self, text_hash: str, tokenizer_fingerprint: str, part: TokenizedPartition) -> None:
         path = self.path(text_hash, tokenizer_fingerprint)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary_name(path)
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(
-                    f,
-                    ids=part.ids,
-                    sentence_offsets=part.sentence_offsets,
-                    document_offsets=part.document_offsets,
-                )
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        buffer = io.BytesIO()
+        np.savez(buffer, ids=part.ids, sentence_offsets=part.sentence_offsets, document_offsets=part.document_offsets)
+        write_bytes_atomic(path, buffer.getbuffer(), fsync=False)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bertprep import hf_datasets, readers
+from bertprep import hf_datasets, readers, storage
 from bertprep.boundaries import find_cut, sniff_layout
 from bertprep.corpus import CorpusSpec, KnownWord, ReadStats, iter_piece_documents, plural, resolve_input_files
 from bertprep.errors import BertprepError, describe_path
@@ -121,10 +121,10 @@ def plan_partitions(spec: CorpusSpec, target_bytes: int) -> list[PartitionPlan]:
     return packer.finish()
 
 
-def _input_pieces(path: Path, kind: str, spec: CorpusSpec, packer: _Packer, config: str | None = None) -> Iterator[Piece]:
+def _input_pieces(path, kind: str, spec: CorpusSpec, packer: _Packer, config: str | None = None) -> Iterator[Piece]:
     """The pieces of one input, each cut once the partition being filled has its bytes
     (packer.room() is read again after each piece is added)."""
-    where = {"path": str(path.absolute()), "name": describe_path(path)}
+    where = {"path": str(path) if storage.is_remote(path) else str(path.absolute()), "name": describe_path(path)}
     if kind == "dataset" and not readers.is_dataset_dir(path):
         where["path"] = str(path)  # a name on the Hub: streamed, read whole
         yield Piece(**where, kind="stream", size=packer.target, config=config)
@@ -163,7 +163,7 @@ def _input_pieces(path: Path, kind: str, spec: CorpusSpec, packer: _Packer, conf
         start = end
 
 
-def _parquet_pieces(path: Path, where: dict, spec: CorpusSpec, packer: _Packer) -> Iterator[Piece]:
+def _parquet_pieces(path, where: dict, spec: CorpusSpec, packer: _Packer) -> Iterator[Piece]:
     """Runs of whole row groups, sized by the text column's bytes in the file's metadata."""
     parquet, field = readers.open_parquet(path, spec.text_field)
     metadata = parquet.metadata

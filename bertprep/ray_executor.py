@@ -16,6 +16,7 @@ used as it is and left running.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Callable, Iterable, Iterator
 
 from bertprep.errors import BertprepError
@@ -32,26 +33,48 @@ def import_ray():
     return ray
 
 
-def _run(fn: Callable, descriptor, attempts) -> Any:
-    """One call, in a Ray worker. Every start is counted first, so starts beyond one per
-    call are the retries of calls whose worker was lost before it could answer."""
+# Where each start of a call ran, in the cluster's own key-value store (Ray's GCS, the
+# one every node already talks to): a record costs one small write, not an actor, whose
+# process would have to start before the first task could. Private to Ray but what its
+# own libraries use; the keys are this build's (a run id) and removed at its end.
+KV_NAMESPACE = "bertprep"
+
+
+def _run(fn: Callable, descriptor, run: str, call: int) -> tuple[Any, bytes]:
+    """One call, in a Ray worker. Every start is recorded first, with where it ran, and
+    the call answers with its record's key; so any other start of the call was lost
+    before it could answer, and its node and process say what was lost: that node, or
+    (the node still alive) that worker process."""
+    import os
+
     import ray
+    from ray.experimental import internal_kv
 
-    ray.get(attempts.start.remote())
-    return fn(descriptor)
+    node, pid = ray.get_runtime_context().get_node_id(), os.getpid()
+    key = f"{run}/{call}/{node}/{pid}".encode()
+    internal_kv._internal_kv_put(key, getattr(fn, "__name__", "task").encode(), namespace=KV_NAMESPACE)
+    return fn(descriptor), key
 
 
-class _Attempts:
-    """How many calls were started, cluster-wide (an actor: one counter for all nodes)."""
+def lost_starts(run: str, answered: set[bytes]) -> list[tuple[str, str, int]]:
+    """(task, node, pid) of every recorded start of this run that did not answer."""
+    from ray.experimental import internal_kv
 
-    def __init__(self):
-        self.count = 0
+    lost = []
+    for key in sorted(internal_kv._internal_kv_list(f"{run}/".encode(), namespace=KV_NAMESPACE)):
+        if key not in answered:
+            _, _, node, pid = key.decode().split("/")
+            task = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE) or b"task"
+            lost.append((task.decode(), node, int(pid)))
+    return lost
 
-    def start(self) -> None:
-        self.count += 1
 
-    def total(self) -> int:
-        return self.count
+def retry_reason(task: str, node: str, pid: int, alive_nodes: set[str]) -> str:
+    """Why a start of `task` did not answer. A task that raises is never retried, so a
+    retried start was lost with its process: with its node when that node is gone."""
+    if node not in alive_nodes:
+        return f"{task}: node {node[:8]} lost (NodeDiedError)"
+    return f"{task}: worker process {pid} on node {node[:8]} died (WorkerCrashedError: killed or crashed)"
 
 
 class RayExecutor:
@@ -75,7 +98,8 @@ class RayExecutor:
                 raise BertprepError(f"--ray-address {address}: cannot join a Ray cluster there ({exc})") from None
             self._owned = True
         self._remote_run = self.ray.remote(_run)
-        self._attempts = self.ray.remote(num_cpus=0)(_Attempts).remote()
+        self._run_id = uuid.uuid4().hex
+        self._answered: set[bytes] = set()  # the record keys of the starts that answered
 
     def __enter__(self) -> "RayExecutor":
         return self
@@ -89,6 +113,12 @@ class RayExecutor:
                     self.ray.cancel(ref, force=True)
                 except Exception:  # already finished or gone
                     pass
+        try:
+            from ray.experimental import internal_kv
+
+            internal_kv._internal_kv_del(f"{self._run_id}/".encode(), del_by_prefix=True, namespace=KV_NAMESPACE)
+        except Exception:  # the cluster is gone already: so are the records
+            pass
         if self._owned:
             self.ray.shutdown()
 
@@ -96,11 +126,13 @@ class RayExecutor:
         return int(self.ray.cluster_resources().get("CPU", 1))
 
     def report(self) -> ExecutorReport:
-        started = self.ray.get(self._attempts.total.remote())
-        nodes = sum(1 for node in self.ray.nodes() if node.get("Alive"))
-        retries = max(0, started - self._calls)
-        return ExecutorReport("ray", nodes, self._cluster_cpus(), retries,
-                              ["a worker or node was lost"] if retries else [])
+        """The cluster as the build ends (alive nodes only, and their CPUs) and every
+        retry, with the reason its earlier start was lost."""
+        alive = [node for node in self.ray.nodes() if node.get("Alive")]
+        cpus = int(sum(node.get("Resources", {}).get("CPU", 0) for node in alive))
+        ids = {node["NodeID"] for node in alive}
+        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in lost_starts(self._run_id, self._answered)]
+        return ExecutorReport("ray", len(alive), cpus, len(reasons), reasons)
 
     def map(self, fn: Callable, descriptors: Iterable, cost: TaskCost = TaskCost(),
             max_in_flight: int | None = None) -> Iterator[Any]:
@@ -117,7 +149,7 @@ class RayExecutor:
         self._pending = pending = []
         while True:
             for descriptor in next_batch(queue, limit - len(pending)):
-                pending.append(remote.remote(fn, descriptor, self._attempts))
+                pending.append(remote.remote(fn, descriptor, self._run_id, self._calls))
                 self._calls += 1
             if not pending:
                 return
@@ -128,7 +160,9 @@ class RayExecutor:
     def _result(self, ref) -> Any:
         ray = self.ray
         try:
-            return ray.get(ref)
+            result, key = ray.get(ref)
+            self._answered.add(key)
+            return result
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, Exception):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from bertprep import storage
 from bertprep.errors import BertprepError, describe_path
 
 CHUNK_BYTES = 1 << 20
@@ -87,12 +88,13 @@ def is_dataset_dir(path: Path) -> bool:
 
 def _open_binary(path: Path) -> BinaryIO:
     compression = compression_of(path)
+    source = storage.open_input(path) if storage.is_remote(path) else path  # an object-store URL: opened there
     if compression == "gzip":
-        return gzip.open(path, "rb")
+        return gzip.open(source, "rb")
     if compression == "bzip2":
-        return bz2.open(path, "rb")
+        return bz2.open(source, "rb")
     if compression == "xz":
-        return lzma.open(path, "rb")
+        return lzma.open(source, "rb")
     if compression == "zstd":
         try:
             import zstandard
@@ -101,9 +103,9 @@ def _open_binary(path: Path) -> BinaryIO:
                 f"{describe_path(path)}: reading .zst needs the zstandard package "
                 "(pip install 'bertprep[zstd]')"
             ) from None
-        raw = open(path, "rb")
+        raw = storage.open_input(path)
         return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-    return open(path, "rb")
+    return storage.open_input(path)
 
 
 def _corrupt_errors() -> tuple[type[BaseException], ...]:
@@ -330,7 +332,7 @@ def open_parquet(path: Path, text_field: str | None):
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(storage.open_input(path) if storage.is_remote(path) else path)
     except (pa.ArrowException, OSError) as exc:
         raise BertprepError(f"{describe_path(path)}: not a readable Parquet file ({one_line(exc)})") from None
     field = text_field or "text"
@@ -368,7 +370,7 @@ def hash_files(paths: list[Path]) -> dict:
     size = 0
     for path in paths:
         try:
-            with open(path, "rb") as stream:
+            with storage.open_input(path) as stream:
                 while chunk := stream.read(CHUNK_BYTES):
                     digest.update(chunk)
                     size += len(chunk)

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from bertprep import storage
 from bertprep.atomic import write_bytes_atomic
 from bertprep.errors import BertprepError, describe_path
 
@@ -114,8 +115,9 @@ class LoadedTokenizer:
     def save(self, directory) -> list[str]:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and
         special_tokens_map.json into `directory` (created if missing). Each file is
-        written to a temporary name and renamed. Returns the file names."""
-        directory = pathlib.Path(directory)
+        written to a temporary name and renamed (a local path or an object-store URL).
+        Returns the file names."""
+        directory = storage.path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                     "cls_token": "[CLS]", "mask_token": "[MASK]"}

@@ -7,7 +7,9 @@ kill at `at` ("module:function"), a function the task calls in its middle
 (`build_tasks:write_json_atomic`: its outputs are written, its completion marker not
 yet; `arrow_writer:sha256_file`: the shard is written under its temporary name, not yet
 renamed); the kill takes the whole worker process down,
-as a lost machine or the kernel's OOM killer would. The module is pickled by value
+as a lost machine or the kernel's OOM killer would. With `node=True` it kills the
+worker's raylet first (the worker's parent), so the whole node is lost, as when a
+machine goes away; the flag then holds that node's id. The module is pickled by value
 (ray_faults_by_value), so workers need no access to tests/.
 """
 from __future__ import annotations
@@ -18,8 +20,10 @@ import signal
 
 
 class KillOnce:
-    def __init__(self, task_fn, flag: pathlib.Path, at: str, index: int):
+    def __init__(self, task_fn, flag: pathlib.Path, at: str, index: int, node: bool = False):
         self.task_fn, self.flag, self.at, self.index = task_fn, str(flag), at, index
+        self.node = node  # kill the worker's node instead: its raylet, the worker's parent
+        self.__name__ = task_fn.__name__  # the build names a task's stage by its function
 
     def __call__(self, descriptor):
         import importlib
@@ -29,11 +33,16 @@ class KillOnce:
         index = descriptor.partition.index if hasattr(descriptor, "partition") else getattr(
             descriptor, "index", getattr(descriptor, "shard", None))
         if index == self.index and not os.path.exists(self.flag):
-            pathlib.Path(self.flag).write_text(str(os.getpid()))
+            import ray
+
+            here = ray.get_runtime_context().get_node_id() if self.node else str(os.getpid())
+            pathlib.Path(self.flag).write_text(here)
             original = getattr(owner, name)
 
             def die(*args, **kwargs):
                 setattr(owner, name, original)
+                if self.node:  # the node's raylet first: its workers go with it
+                    os.kill(os.getppid(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
 
             setattr(owner, name, die)

@@ -77,7 +77,7 @@ def markers_written(monkeypatch):
     original = tasks.write_json_atomic
 
     def recording(path, *args, **kwargs):
-        written.append(pathlib.Path(path).name)
+        written.append(str(path).rsplit("/", 1)[-1])  # a local path or an object-store URL
         return original(path, *args, **kwargs)
 
     monkeypatch.setattr(tasks, "write_json_atomic", recording)

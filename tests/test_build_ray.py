@@ -8,6 +8,7 @@ would with `--executor ray` and no address.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,9 +16,11 @@ import time
 
 import pytest
 
+from bertprep import progress
 from bertprep.build import BuildConfig, build_shards, staging_path
 from bertprep.corpus import CorpusSpec
 from bertprep.errors import BertprepError
+from progress_checks import Log, check_display
 from reliability_checks import PREP, temporaries
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
@@ -61,17 +64,22 @@ def cluster():
     nodes.shutdown()
 
 
-def build_on_ray(inputs, out, cache, **options):
+def build_on_ray(inputs, out, cache, progress=False, **options):
     config = BuildConfig(executor="ray", workers=2, cache_dir=str(cache), **{**OPTIONS, **options})
-    return build_shards(CorpusSpec(paths=(str(inputs["corpus"]),)), inputs["vocab"], out, config, progress=False)
+    return build_shards(CorpusSpec(paths=(str(inputs["corpus"]),)), inputs["vocab"], out, config, progress=progress)
 
 
-def test_local_one_and_two_workers_and_a_two_node_cluster_give_the_same_bytes(inputs, cluster, tmp_path):
-    result = build_on_ray(inputs, tmp_path / "out", tmp_path / "cache")
+def test_local_one_and_two_workers_and_a_two_node_cluster_give_the_same_bytes(inputs, cluster, tmp_path, monkeypatch):
+    log = Log()
+    monkeypatch.setattr(progress.sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    result = build_on_ray(inputs, tmp_path / "out", tmp_path / "cache", progress=True)
     assert inputs["local1"] == inputs["local2"]
     assert shard_bytes(tmp_path / "out") == inputs["local1"]  # shards, manifest, tokenizer files
     report = result.executor
     assert (report.executor, report.nodes, report.cpus, report.retries) == ("ray", 2, 2, 0)
+    assert report.summary() == "executor ray: 2 nodes, 2 CPUs, no retries"
+    check_display(log, result.manifest, result.seconds)  # the same display as the local pool's
     assert "manifest.json" in inputs["local1"] and b'"executor"' not in inputs["local1"]["manifest.json"]
 
 
@@ -91,6 +99,11 @@ def test_a_worker_killed_in_the_middle_of_a_task_is_retried_to_the_same_bytes(in
     with pytest.raises(ProcessLookupError):
         os.kill(int(flag.read_text()), 0)
     assert result.executor.retries == 1
+    # The retry names its task and the process that was killed, on a node still alive.
+    [reason] = result.executor.retry_reasons
+    assert re.fullmatch(f"{task}: worker process {flag.read_text()} on node [0-9a-f]{{8}} died "
+                        r"\(WorkerCrashedError: killed or crashed\)", reason), reason
+    assert result.executor.summary().splitlines() == ["executor ray: 2 nodes, 2 CPUs, 1 task retried", f"  retried {reason}"]
     assert shard_bytes(tmp_path / "out") == inputs["local1"]
     assert temporaries(tmp_path) == []
 
@@ -125,7 +138,7 @@ def test_the_cli_on_a_local_ray_of_its_own(inputs, tmp_path):
                           timeout=180, env={**os.environ, "RAY_ADDRESS": ""})
     assert done.returncode == 0, done.stderr
     assert shard_bytes(tmp_path / "out") == inputs["local1"]
-    assert "  executor ray: 1 node, 2 CPUs" in done.stdout.splitlines()
+    assert "  executor ray: 1 node, 2 CPUs, no retries" in done.stdout.splitlines()
 
 
 def test_the_driver_killed_mid_build_resumes_with_the_same_command_to_the_same_bytes(inputs, tmp_path):

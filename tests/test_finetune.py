@@ -115,6 +115,21 @@ def test_evaluate_prints_one_json_object_that_matches_its_predictions(pair_run, 
                                                                           abs=1e-4)
 
 
+def test_evaluate_and_predict_take_unpad_and_agree_across_it(pair_run, tmp_path):
+    from bertmodel.evaluation import _setup
+
+    kernels = {mode: _setup(pair_run, {}, "cpu", read_validation=False, unpad=mode)[1].bert.unpad
+               for mode in ("on", "off", "auto")}
+    assert kernels == {"on": "repad", "off": None, "auto": "repad"}  # auto: packed for classification on the CPU
+    probabilities = {}
+    for mode in ("on", "off"):
+        result = invoke("evaluate", pair_run, "--out", tmp_path / mode, "--unpad", mode)
+        assert result.exit_code == 0, result.output
+        probabilities[mode] = [r["probability"] for r in read_jsonl(tmp_path / mode / "predictions.jsonl")]
+        assert invoke("predict", pair_run, "w1 w2", "--pair", "w3 w4 w5", "--unpad", mode).exit_code == 0
+    assert probabilities["on"] == pytest.approx(probabilities["off"], abs=1e-5)
+
+
 def test_hf_export_loads_in_transformers_with_equal_logits(pair_run, pair_files):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

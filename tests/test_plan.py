@@ -208,8 +208,7 @@ def test_the_planner_reads_only_around_the_cuts(tmp_path, monkeypatch):
             read.append(len(data))
             return data
 
-    monkeypatch.setattr(boundaries, "open", lambda p, mode="r": Counting(real_open(p, "rb", buffering=0)),
-                        raising=False)
+    monkeypatch.setattr(boundaries.storage, "open_input", lambda p: Counting(real_open(p, "rb", buffering=0)))
     plan = plan_partitions(CorpusSpec(paths=(str(path),)), 512 * 1024)
     assert len(plan) == 16  # 15 of 512 KiB and a tail of 136 kB, over a quarter of one
     # The head (layout, binary check), then a window or two per cut.
