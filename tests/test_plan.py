@@ -307,3 +307,18 @@ def test_a_bad_record_far_into_a_jsonl_file_is_named_by_its_line(tmp_path):
     with pytest.raises(BertprepError) as planned:
         planned_documents(spec, 1024)
     assert str(planned.value) == str(whole.value) == f"{path}:434: invalid JSON: Unterminated string starting at column 10"
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data (the real corpus files)")
+def test_an_object_store_input_is_cut_by_seeking_in_it():
+    """The planner and the readers seek in a store object as in a file (fsspec's
+    in-memory store stands in for S3 here; tests/test_object_store.py runs a real one)."""
+    fsspec = pytest.importorskip("fsspec")
+    store = fsspec.filesystem("memory")
+    store.pipe("/plan-test/wiki_00", (SHARED_DATA / "enwiki_wikiextractor" / "wiki_00").read_bytes())
+    try:
+        spec = CorpusSpec(paths=("memory://plan-test/wiki_00",), sentences="split")
+        plan = assert_same_as_whole(spec, 50_000)
+        assert len(plan) > 10 and {p.path for part in plan for p in part.pieces} == {"memory://plan-test/wiki_00"}
+    finally:
+        store.rm("/plan-test", recursive=True)
