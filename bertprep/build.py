@@ -1,6 +1,6 @@
 """build-shards: corpus -> masked NSP instances -> globally shuffled Arrow shards.
 
-    read -> partition -> tokenize (cached) -> NSP pairs -> mask -> scatter -> gather/shuffle -> write
+    plan partitions -> read + tokenize (cached) -> NSP pairs -> mask -> scatter -> gather/shuffle -> write
 
 Everything is written into a staging directory `OUT.partial` next to OUT, which holds a
 lock, the finished shards and the intermediate work; the manifest is written last and
@@ -20,22 +20,22 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from bertprep import __version__, readers, schema, storage
+from bertprep import __version__, schema, storage
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build_progress import TrackedExecutor
-from bertprep.build_tasks import (PairTask, ScatterTask, ShardTask, TaskContext, gather_shard, merge_stats,
-                                  pair_partition, scatter_partition)
-from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
+from bertprep.build_tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext, fingerprint_input,
+                                  gather_shard, merge_stats, pair_partition, scatter_partition)
+from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
+from bertprep.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.executor import EXECUTORS, ExecutorReport, TaskCost, default_workers, make_executor
 from bertprep.instances import PAIRINGS, PairConfig
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import MaskingConfig, cap_warnings
 from bertprep.pair_quality import degenerate_pairs_warning, figures
-from bertprep.partitions import iter_partitions
-from bertprep.progress import BuildProgress, progress_bar
-from bertprep.prose import vocabulary_lookup
+from bertprep.plan import merge_read_stats, plan_partitions
+from bertprep.progress import BuildProgress
 from bertprep.tokenizer import load_tokenizer
 
 MB = 1 << 20
@@ -246,39 +246,49 @@ def _prepare_work_dir(staging, plan: dict):
     return work
 
 
+def _hashed_inputs(spec: CorpusSpec, executor) -> list[dict]:
+    """input_fingerprints, one task per input: hashing reads every byte, so the driver
+    leaves it to the workers (and a cluster hashes its files in parallel)."""
+    calls = [FingerprintTask(i, source) for i, source in enumerate(fingerprint_sources(spec))]
+    found = dict(executor.map(fingerprint_input, calls, TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY)))
+    return [found[i] for i in range(len(calls))]
+
+
 def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, started) -> BuildResult:
     input_files = resolve_input_files(spec)
     states = input_states(input_files)  # before the fingerprints, so a change while hashing counts too
-    inputs = input_fingerprints(spec)
-    plan = _plan(spec, inputs, tok, config)
-    manifest = same_build(staging, plan)
-    if manifest is not None:  # stopped after writing its manifest, before publishing it
-        _check_and_publish(staging, out, config)
-        return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"], ReadStats(), [])
-    work = _prepare_work_dir(staging, plan)
-    tokenizer_files = tok.save(staging)
-    cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    ctx = TaskContext(
-        tokenizer_dir=str(staging),
-        tokenizer_fingerprint=tok.fingerprint(),
-        cache_dir=str(cache_dir),
-        work_dir=str(work),
-        seed=config.seed,
-        dupe_factor=config.dupe_factor,
-        pairs=config.pair_config(),
-        masking=config.masking_config(),
-        engine=config.engine,
-    )
-    read_stats = ReadStats()
     warnings: list[str] = []
     # One display for the whole build, from before the executor starts (a Ray cluster
     # takes seconds to start or join): every task's result is counted as it returns.
     starting = f"starting the {config.executor} executor"
     with BuildProgress(progress, waiting=starting) as bar, \
             make_executor(config.executor, config.workers, config.ray_address) as pool:
+        inputs = _hashed_inputs(spec, pool)
+        plan = _plan(spec, inputs, tok, config)
+        manifest = same_build(staging, plan)
+        if manifest is not None:  # stopped after writing its manifest, before publishing it
+            _check_and_publish(staging, out, config)
+            return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"],
+                               ReadStats(), [])
+        work = _prepare_work_dir(staging, plan)
+        tokenizer_files = tok.save(staging)
+        cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
+        ctx = TaskContext(
+            tokenizer_dir=str(staging),
+            tokenizer_fingerprint=tok.fingerprint(),
+            cache_dir=str(cache_dir),
+            work_dir=str(work),
+            seed=config.seed,
+            dupe_factor=config.dupe_factor,
+            pairs=config.pair_config(),
+            masking=config.masking_config(),
+            engine=config.engine,
+            corpus=spec,
+        )
+        partition_plan = plan_partitions(spec, config.partition_bytes)
         executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
-                                   _expected_text_bytes(spec))
-        partitions = _pair_stage(spec, ctx, config, executor, read_stats, False, warnings, vocabulary_lookup(tok))
+                                   sum(p.size for p in partition_plan))
+        partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
         total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
         if total_rows == 0:
             raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
@@ -325,48 +335,35 @@ def _inputs_label(spec: CorpusSpec) -> str:
     return ", ".join(spec.paths) if len(spec.paths) <= 3 else f"{spec.paths[0]} (+{len(spec.paths) - 1} more)"
 
 
-def _expected_text_bytes(spec: CorpusSpec) -> int | None:
-    """The progress bar's total (for an ETA) when it can be known up front: plain
-    uncompressed text files, whose size is about their text's size."""
-    if spec.dataset:
-        return None
-    files = resolve_input_files(spec)
-    if any(readers.format_of(f) != "text" or readers.compression_of(f) for f in files):
-        return None
-    return sum(f.stat().st_size for f in files)
-
-
-def _pair_stage(spec, ctx, config, executor, read_stats, progress, warnings, known_word) -> list[dict]:
-    documents = iter_documents(spec, read_stats, known_word)
-    calls = (PairTask(ctx, p) for p in iter_partitions(documents, config.partition_bytes))
-    # Partitions are read here and travel with their task: only a few at a time, so the
-    # memory they take stays bounded (a cluster has its own bound: twice its CPUs).
-    in_flight = config.workers + 1 if config.executor == "local" else None
+def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict], ReadStats]:
+    """Every planned partition read, tokenized and paired by its own task; the
+    partitions' results in plan order and the corpus's read statistics."""
+    if not plan:
+        raise no_text_error(spec)
+    calls = [PairTask(ctx, p) for p in plan]  # small descriptors: the tasks read the text
     results = []
-    bar = progress_bar(progress, total=_expected_text_bytes(spec), desc="tokenize+pair", unit="B", unit_scale=True, unit_divisor=1024)
-    docs = 0
-    with bar:
-        for result in executor.map(pair_partition, calls, _pair_cost(config), max_in_flight=in_flight):
-            results.append(result)
-            docs += result["documents"]
-            bar.update(result["text_bytes"])
-            elapsed = max(bar.format_dict["elapsed"], 1e-9)
-            bar.set_postfix_str(f"{docs / elapsed:,.0f} docs/s", refresh=False)
-            if result["mismatches"]:
-                warnings.append(
-                    f"partition {result['index']}: nanotoken differed from tokenizers on "
-                    f"{result['mismatches']} sampled sentences; encoded it with tokenizers"
-                )
+    for result in executor.map(pair_partition, calls, _pair_cost(config)):
+        results.append(result)
+        if result["mismatches"]:
+            warnings.append(
+                f"partition {result['index']}: nanotoken differed from tokenizers on "
+                f"{result['mismatches']} sampled sentences; encoded it with tokenizers"
+            )
     results.sort(key=lambda r: r["index"])
+    read_stats = merge_read_stats(part for r in results for part in r["read"])
+    if read_stats.documents == 0:
+        raise no_text_error(spec)
     total_docs = sum(r["documents"] for r in results)
-    if not results or sum(r["tokens"] for r in results) == 0:
+    if sum(r["tokens"] for r in results) == 0:
         raise BertprepError(f"{_inputs_label(spec)}: no text found")
     if total_docs < 2:
         hint = ("in --sentences prose a document is a file: give several, or cut them with --document-separator"
                 if spec.sentences == "prose" else
                 "separate documents with a blank line, or use --sentences split for a document per line")
         raise BertprepError(f"{_inputs_label(spec)}: NSP needs at least two documents, found {total_docs} ({hint})")
-    return results
+    for result in results:
+        del result["read"], result["pieces"]  # in the markers; the manifest needs neither
+    return results, read_stats
 
 
 def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partitions: list[dict]) -> list[str]:

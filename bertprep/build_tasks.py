@@ -33,7 +33,11 @@ from bertprep.encoding import SentenceEncoder
 from bertprep.full_sentences import build_full_rows, document_starts
 from bertprep.instances import PairConfig, build_instances
 from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
-from bertprep.partitions import PartitionText, TokenCache, finish, tokenize_documents
+from bertprep.corpus import CorpusSpec
+from bertprep.fingerprints import fingerprint_source
+from bertprep.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
+from bertprep.plan import PartitionPlan, read_partition
+from bertprep.prose import vocabulary_lookup
 from bertprep.rows import build_rows
 from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
 
@@ -53,14 +57,23 @@ class TaskContext:
     pairs: PairConfig
     masking: MaskingConfig
     engine: str  # "auto" | "nanotoken" | "tokenizers"
+    corpus: CorpusSpec  # how to read the inputs (the pair tasks read their own pieces)
 
 
 @dataclass(frozen=True)
 class PairTask:
-    """Stage 1: tokenize and pair one partition."""
+    """Stage 1: read, tokenize and pair one partition of the plan (bertprep/plan.py)."""
 
     ctx: TaskContext
-    partition: PartitionText
+    partition: PartitionPlan
+
+
+@dataclass(frozen=True)
+class FingerprintTask:
+    """Before stage 1: hash one input, as the manifest records it."""
+
+    index: int
+    source: tuple  # corpus.fingerprint_sources
 
 
 @dataclass(frozen=True)
@@ -131,26 +144,39 @@ def _read_marker(path) -> dict | None:
         return None
 
 
+# --- stage 0 -----------------------------------------------------------------------
+
+
+def fingerprint_input(task: FingerprintTask) -> tuple[int, dict]:
+    return task.index, fingerprint_source(task.source)
+
+
 # --- stage 1 -----------------------------------------------------------------------
 
 
 def pair_partition(task: PairTask) -> dict:
-    ctx, partition = task.ctx, finish(task.partition)
+    ctx, partition = task.ctx, task.partition
     marker = _work(ctx, f"pairs-{partition.index:06d}.json")
     done = _read_marker(marker)
     cache = TokenCache(ctx.cache_dir)
-    # Finished by an earlier, interrupted run, and its tokens are still cached (a later
-    # stage reads them; a cleaned or different cache means tokenizing again).
-    if done is not None and done["text_hash"] == partition.text_hash and cache.has(partition.text_hash, ctx.tokenizer_fingerprint):
+    # Finished by an earlier, interrupted run of this plan, and its tokens are still
+    # cached (a later stage reads them; a cleaned or different cache means reading and
+    # tokenizing again).
+    if (done is not None and done.get("pieces") == partition.descriptor()
+            and cache.has(done["text_hash"], ctx.tokenizer_fingerprint)):
         return done
     tok, encoder = _tokenizer(ctx, need_encoder=True)
-    part = cache.load(partition.text_hash, ctx.tokenizer_fingerprint)
+    known_word = vocabulary_lookup(tok) if ctx.corpus.sentences == "prose" else None
+    documents, read = read_partition(partition, ctx.corpus, known_word)
+    text_hash, num_bytes = hash_documents(documents), text_bytes(documents)
+    part = cache.load(text_hash, ctx.tokenizer_fingerprint)
     engine, mismatches, cached = "cache", 0, part is not None
     if part is None:
-        part, encoded = tokenize_documents(partition.documents, encoder)
+        part, encoded = tokenize_documents(documents, encoder)
         part.ids = part.ids.astype(id_dtype(tok.vocab_size))
         engine, mismatches = encoded.engine, encoded.mismatches
-        cache.save(partition.text_hash, ctx.tokenizer_fingerprint, part)
+        cache.save(text_hash, ctx.tokenizer_fingerprint, part)
+    del documents  # the tokens are all later steps need
     passes = {}
     counts = []
     chunks = {"chunks": 0, "single_sentence_chunks": 0}
@@ -162,8 +188,11 @@ def pair_partition(task: PairTask) -> dict:
     _save_npz(_work(ctx, f"pairs-{partition.index:06d}.npz"), passes)
     result = {
         "index": partition.index,
-        "text_hash": partition.text_hash,
-        "text_bytes": partition.num_bytes,
+        "pieces": partition.descriptor(),  # what was read: this marker belongs to this plan only
+        "planned_bytes": partition.size,
+        "read": read,  # the corpus read statistics of each piece, merged by the driver
+        "text_hash": text_hash,
+        "text_bytes": num_bytes,
         "documents": part.num_documents,
         "sentences": part.num_sentences,
         "tokens": part.num_tokens,
@@ -319,6 +348,8 @@ def gather_shard(task: ShardTask) -> dict:
 
 __all__ = [
     "TaskContext",
+    "FingerprintTask",
+    "fingerprint_input",
     "PairTask",
     "ScatterTask",
     "ShardTask",

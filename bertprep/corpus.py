@@ -2,7 +2,9 @@
 
 Shared by train-tokenizer and build-shards. `iter_documents(spec)` yields each document
 as a non-empty list of stripped, non-empty sentence strings, streaming with bounded
-memory. What a document is:
+memory; `iter_piece_documents` yields those of one planned part of an input (a byte
+range cut between documents, see bertprep/plan.py), the same as the whole file's reading
+gives there. What a document is:
 
 - Plain text in the reference layout (REFERENCE.md, "Corpus format"): a sentence per
   line, a blank (or whitespace-only) line ends a document; several blank lines in a row
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from bertprep import hf_datasets, readers, storage
+from bertprep.boundaries import is_doc_open, wikitext_level
 from bertprep.errors import BertprepError, describe_path
 from bertprep.prose import KnownWord, ProseParagraphs
 from bertprep.readers import FileCounts
@@ -61,10 +64,8 @@ MAX_DOCUMENT_SENTENCES = 100_000  # bounds memory when sentences are tiny
 TEXT_SUFFIXES = {"", ".txt", ".text", ".raw", ".tokens"}
 DIRECTORY_SUFFIXES = TEXT_SUFFIXES | readers.JSONL_SUFFIXES | readers.PARQUET_SUFFIXES
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _JUNK = str.maketrans("", "", "\ufffd\x00")
-_WIKITEXT_HEADING = re.compile(r"((?:= )+)\S.*?((?: =)+)")
 
 
 @dataclass(frozen=True)
@@ -242,9 +243,7 @@ def iter_documents(
     if spec.dataset:
         yield from _input_documents(spec.dataset, "dataset", spec, stats, known_word)
     if stats.documents == before:
-        names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
-        raise BertprepError(f"{shown}: no text found")
+        raise no_text_error(spec)
 
 
 def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats, known_word) -> Iterator[list[str]]:
@@ -337,9 +336,12 @@ class _DocumentBuilder:
             yield document
 
 
-def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator[list[str]]:
-    """Documents of a plain-text file: reference layout, prose, WikiExtractor, WikiText."""
-    wikitext: bool | None = None  # decided by the first non-blank line
+def _text_documents(lines: Iterable[str], builder: _DocumentBuilder, wikitext: bool | None = None,
+                    end_state: dict | None = None) -> Iterator[list[str]]:
+    """Documents of a plain-text file: reference layout, prose, WikiExtractor, WikiText.
+    Whether the file is WikiText is decided by its first non-blank line, or given (a
+    part of a file read alone follows its file). end_state, when given, learns whether
+    the lines ended inside a <doc> block."""
     in_doc = False  # inside <doc> ... </doc>
     title: str | None = None  # a WikiExtractor title line still to drop
     for raw in lines:
@@ -349,11 +351,11 @@ def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator
                 yield from builder.blank_line()
             continue
         if wikitext is None:
-            wikitext = _wikitext_level(line) == 1
+            wikitext = wikitext_level(line) == 1
         if builder.is_separator(line):
             yield from builder.close()
             continue
-        if line.startswith("<doc") and _DOC_OPEN.fullmatch(line):
+        if is_doc_open(line):
             yield from builder.close()
             in_doc = True
             match = _DOC_TITLE.search(line)
@@ -368,21 +370,15 @@ def _text_documents(lines: Iterable[str], builder: _DocumentBuilder) -> Iterator
             if is_title:
                 continue
         if wikitext and line.startswith("="):
-            level = _wikitext_level(line)
+            level = wikitext_level(line)
             if level == 1:
                 yield from builder.close()
             if level:
                 continue
         yield from builder.add_line(line, wrapped=not in_doc and not wikitext)
+    if end_state is not None:
+        end_state["in_doc"] = in_doc
     yield from builder.close()
-
-
-def _wikitext_level(line: str) -> int:
-    """1 for " = Title = ", 2 for " = = Section = = ", ...; 0 for other lines."""
-    match = _WIKITEXT_HEADING.fullmatch(line)
-    if match is None or match.group(1).count("=") != match.group(2).count("="):
-        return 0
-    return match.group(1).count("=")
 
 
 def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterator[list[str]]:
@@ -401,20 +397,38 @@ def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterat
         yield from builder.close()
 
 
-# ---------------------------------------------------------------- fingerprints
+def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: KnownWord | None = None) -> Iterator[list[str]]:
+    """The documents of one planned part of an input (a `bertprep.plan.Piece`): a byte
+    range of a text or JSONL file, row groups of a Parquet file, rows of a saved dataset,
+    or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`)."""
+    counts = FileCounts()
+    builder = _DocumentBuilder(spec, counts, stats, known_word)
+    path = storage.path(piece.path)  # a local path or an object-store URL
+    if piece.kind == "text":
+        end_state: dict = {}
+        lines = readers.iter_lines(path, counts, start=piece.start, end=piece.end)
+        yield from _text_documents(lines, builder, piece.wikitext, end_state)
+        if piece.layout in ("blank", "separator") and not piece.last and end_state["in_doc"]:
+            raise BertprepError(
+                f"{piece.name}: a <doc> block that does not start the file is still open at byte {piece.end:,}, "
+                "where a partition was cut between documents; start the file with its <doc> line, or "
+                "give a --partition-size larger than the file")
+    else:
+        if piece.kind == "jsonl":
+            texts = readers.iter_jsonl_texts(path, spec.text_field, counts, piece.start, piece.end)
+        elif piece.kind == "parquet":
+            texts = readers.iter_parquet_texts(path, spec.text_field, counts, list(range(piece.start, piece.end)))
+        else:  # "dataset": rows of a saved one; "stream": a dataset by name, whole
+            rows = (piece.start, piece.end) if piece.end is not None else None
+            texts = hf_datasets.iter_dataset_texts(piece.path, piece.config, spec.split_name, spec.text_field, counts, rows)
+        yield from _record_documents(texts, builder)
+    stats.bytes += counts.bytes
+    stats.invalid_bytes += counts.invalid_bytes
+    stats.long_lines += counts.long_lines
 
 
-def input_fingerprints(spec: CorpusSpec) -> list[dict]:
-    """Per input, what a build manifest records: {"path", "bytes", "sha256"} of each file
-    as stored (compressed files are hashed compressed); for a dataset, its name or
-    directory, config, split and `datasets` fingerprint."""
-    fingerprints = []
-    for path in resolve_input_files(spec):
-        if readers.format_of(path) == "dataset":
-            info = hf_datasets.dataset_fingerprint(path, None, spec.split_name)
-            fingerprints.append({"path": describe_path(path), **info})
-        else:
-            fingerprints.append({"path": describe_path(path), **readers.hash_files([path])})
-    if spec.dataset:
-        fingerprints.append(hf_datasets.dataset_fingerprint(spec.dataset, spec.dataset_config, spec.split_name))
-    return fingerprints
+def no_text_error(spec: CorpusSpec) -> BertprepError:
+    inputs = resolve_input_files(spec)
+    names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+    return BertprepError(f"{shown}: no text found")

@@ -71,10 +71,22 @@ def check_split_applies(split: str, sources: list) -> None:
                         f"Dataset, not a DatasetDict, and {what}; drop --split to read it")
 
 
+def saved_text_rows(path: Path, split: str, text_field: str | None) -> tuple[int, int]:
+    """(rows, bytes of the text column) of a saved dataset split, from its memory-mapped
+    table's sizes: no row is read."""
+    dataset = load_dataset_split(path, None, split)
+    field = text_field or "text"
+    if field not in dataset.column_names:
+        raise field_error(_dataset_name(path), text_field, dataset.column_names)
+    return dataset.num_rows, dataset.data.column(field).nbytes
+
+
 def iter_dataset_texts(
-    name_or_dir: str | Path, config: str | None, split: str, text_field: str | None, counts: FileCounts
+    name_or_dir: str | Path, config: str | None, split: str, text_field: str | None, counts: FileCounts,
+    rows: tuple[int, int] | None = None,
 ) -> Iterator[str]:
-    """The text_field (default "text") of each row of a Hugging Face dataset split."""
+    """The text_field (default "text") of each row of a Hugging Face dataset split; of
+    rows [start, end) only, when given (a saved dataset)."""
     dataset = load_dataset_split(name_or_dir, config, split)
     field = text_field or "text"
     columns = dataset.column_names  # None for some streamed datasets until read
@@ -83,6 +95,9 @@ def iter_dataset_texts(
     if columns is not None:
         dataset = dataset.select_columns([field])
     row = 0
+    if rows is not None:
+        dataset = dataset.select(range(*rows))  # contiguous: a slice of the memory map
+        row = rows[0]
     for batch in dataset.iter(batch_size=1000):
         if field not in batch:
             raise field_error(f"{_dataset_name(name_or_dir)} row {row}", text_field, batch)

@@ -35,12 +35,46 @@ def open_shard(path) -> pa.Table:
         raise BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})") from None
 
 
-def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets) of a list column, as numpy, zero-copy where possible."""
-    array = column.combine_chunks()
+def _flat(column) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a list column (chunked or one array), as numpy, zero-copy
+    where possible."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets = array.offsets.to_numpy().astype(np.int64)
     values = array.values.to_numpy()
     return values[offsets[0] : offsets[-1]], offsets - offsets[0]
+
+
+def _measure_shard(path, mask_id: int, masking: MaskingConfig, counts: dict, histogram: np.ndarray) -> None:
+    """Add one shard's figures, a record batch at a time, read (not memory-mapped,
+    whose pages would stay resident): the sums are the same, and memory follows a batch
+    (4,096 rows), not the shard or the output."""
+    try:
+        with storage.open_input(path) as stream:
+            for batch in pa.ipc.open_stream(stream):
+                _measure_batch(batch, mask_id, masking, counts, histogram)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})") from None
+
+
+def _measure_batch(batch: pa.RecordBatch, mask_id: int, masking: MaskingConfig, counts: dict,
+                   histogram: np.ndarray) -> None:
+    ids, row_offsets = _flat(batch.column(schema.INPUT_IDS))
+    positions, mlm_offsets = _flat(batch.column(schema.MASKED_LM_POSITIONS))
+    labels, _ = _flat(batch.column(schema.MASKED_LM_IDS))
+    lengths = np.diff(row_offsets)
+    per_row = np.diff(mlm_offsets)
+    shown = ids[np.repeat(row_offsets[:-1], per_row) + positions.astype(np.int64)]
+    as_mask = shown == mask_id
+    kept = ~as_mask & (shown == labels)
+    counts["rows"] += batch.num_rows
+    counts["tokens"] += int(lengths.sum())
+    counts["positions"] += len(positions)
+    counts["as_mask"] += int(as_mask.sum())
+    counts["kept"] += int(kept.sum())
+    counts["random"] += int((~as_mask & ~kept).sum())
+    counts["nsp_random"] += int(batch.column(schema.NEXT_SENTENCE_LABEL).to_numpy().sum())
+    counts["expected_positions"] += int(num_to_predict(lengths, masking).sum())
+    histogram += np.bincount(lengths, minlength=len(histogram))[: len(histogram)]
 
 
 def measure(out) -> dict:
@@ -53,24 +87,7 @@ def measure(out) -> dict:
     masking = MaskingConfig(max_predictions_per_seq=options["max_predictions_per_seq"],
                             masked_lm_prob=options["masked_lm_prob"])
     for shard in manifest["shards"]:
-        table = open_shard(out / shard["name"])
-        ids, row_offsets = _flat(table.column(schema.INPUT_IDS))
-        positions, mlm_offsets = _flat(table.column(schema.MASKED_LM_POSITIONS))
-        labels, _ = _flat(table.column(schema.MASKED_LM_IDS))
-        lengths = np.diff(row_offsets)
-        per_row = np.diff(mlm_offsets)
-        shown = ids[np.repeat(row_offsets[:-1], per_row) + positions.astype(np.int64)]
-        as_mask = shown == special["mask"]
-        kept = ~as_mask & (shown == labels)
-        counts["rows"] += table.num_rows
-        counts["tokens"] += int(lengths.sum())
-        counts["positions"] += len(positions)
-        counts["as_mask"] += int(as_mask.sum())
-        counts["kept"] += int(kept.sum())
-        counts["random"] += int((~as_mask & ~kept).sum())
-        counts["nsp_random"] += int(table.column(schema.NEXT_SENTENCE_LABEL).to_numpy().sum())
-        counts["expected_positions"] += int(num_to_predict(lengths, masking).sum())
-        histogram += np.bincount(lengths, minlength=len(histogram))[: len(histogram)]
+        _measure_shard(out / shard["name"], special["mask"], masking, counts, histogram)
     return _report(manifest, counts, histogram)
 
 

@@ -1,18 +1,16 @@
-"""Cut the document stream into fixed-size partitions and cache them tokenized.
+"""Partitions tokenized, and cached by content.
 
-Partitions are cut by content (a byte budget, in input order), never "one per worker",
-so the partition list and everything derived from it is the same whatever `--workers`
-is (DESIGN.md, "Determinism and scale"). A partition is identified by its index and by
-a hash of its text; the tokenized form is cached under (text hash, tokenizer
-fingerprint), so a second build with other pairing or masking options, or another
-seed, does not tokenize again.
+Partitions are planned by content (bertprep/plan.py: a byte budget, in input order),
+never "one per worker", so the partition list and everything derived from it is the
+same whatever `--workers` is (DESIGN.md, "Determinism and scale"). A partition is
+identified by its index and by a hash of its text; the tokenized form is cached under
+(text hash, tokenizer fingerprint), so a second build with other pairing or masking
+options, or another seed, does not tokenize again.
 """
 from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -22,18 +20,11 @@ from bertprep.encoding import SentenceEncoder
 from bertprep.instances import TokenizedPartition
 
 CACHE_FORMAT = 1
-MIN_DOCUMENTS = 16  # a partition must offer random-next documents other than the current one
 
 
-@dataclass
-class PartitionText:
-    index: int
-    documents: list[list[str]]  # each a list of sentences
-    num_bytes: int  # UTF-8 bytes of the sentences
-    text_hash: str  # blake2b of the content, document and sentence boundaries included
-
-
-def _hash_documents(documents: list[list[str]]) -> str:
+def hash_documents(documents: list[list[str]]) -> str:
+    """blake2b of a partition's content, document and sentence boundaries included: the
+    key of its tokens in the cache."""
     digest = hashlib.blake2b(digest_size=20)
     for doc in documents:
         # \x1e / \x1f cannot survive corpus reading's stripping inside a sentence
@@ -43,39 +34,9 @@ def _hash_documents(documents: list[list[str]]) -> str:
     return digest.hexdigest()
 
 
-def iter_partitions(documents: Iterable[list[str]], target_bytes: int) -> Iterator[PartitionText]:
-    """Partitions of about `target_bytes` of text each, in input order. A small tail is
-    merged into the previous partition so none has too few documents for random-next."""
-    pending: PartitionText | None = None
-    current: list[list[str]] = []
-    size = 0
-    index = 0
-    for doc in documents:
-        current.append(doc)
-        size += sum(len(s.encode("utf-8", "surrogatepass")) for s in doc) + len(doc)  # UTF-8 bytes
-        if size >= target_bytes and len(current) >= MIN_DOCUMENTS:
-            if pending is not None:
-                yield pending
-            pending = PartitionText(index, current, size, "")
-            index += 1
-            current, size = [], 0
-    if current:
-        if pending is not None and (len(current) < MIN_DOCUMENTS or size < target_bytes // 4):
-            pending.documents.extend(current)
-            pending.num_bytes += size
-        else:
-            if pending is not None:
-                yield pending
-            pending = PartitionText(index, current, size, "")
-    if pending is not None:
-        yield pending
-
-
-def finish(partition: PartitionText) -> PartitionText:
-    """Hash a partition (done in the worker: hashing is per-byte work)."""
-    if not partition.text_hash:
-        partition.text_hash = _hash_documents(partition.documents)
-    return partition
+def text_bytes(documents: list[list[str]]) -> int:
+    """UTF-8 bytes of the sentences, a newline each: the partition's text size."""
+    return sum(len(s.encode("utf-8", "surrogatepass")) + 1 for doc in documents for s in doc)
 
 
 def tokenize_documents(documents: list[list[str]], encoder: SentenceEncoder):

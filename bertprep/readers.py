@@ -119,12 +119,21 @@ def _corrupt_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def iter_chunks(path: Path) -> Iterator[bytes]:
-    """The file's bytes (decompressed) in chunks of about CHUNK_BYTES."""
+def iter_chunks(path: Path, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+    """The file's bytes (decompressed) in chunks of about CHUNK_BYTES; of an
+    uncompressed file, optionally only bytes [start, end)."""
     compression = compression_of(path)
     try:
         with _open_binary(path) as stream:
-            while chunk := stream.read(CHUNK_BYTES):
+            if start:
+                stream.seek(start)
+            left = None if end is None else end - start
+            while left is None or left > 0:
+                chunk = stream.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
+                if not chunk:
+                    break
+                if left is not None:
+                    left -= len(chunk)
                 yield chunk
     except _corrupt_errors() as exc:
         raise BertprepError(
@@ -164,7 +173,7 @@ def decode_utf8(data: bytes) -> tuple[str, int]:
     return text, counts.invalid_bytes
 
 
-def _check_not_binary(path: Path, head: bytes, text: str) -> None:
+def check_not_binary(path: Path, head: bytes, text: str) -> None:
     """Raise if the start of a file is mostly NUL or undecodable characters."""
     probe = text[:BINARY_PROBE_BYTES]
     bad = probe.count("\ufffd") + probe.count("\x00")
@@ -176,19 +185,20 @@ def _check_not_binary(path: Path, head: bytes, text: str) -> None:
         raise BertprepError(f"{describe_path(path)}: looks like a binary file, not UTF-8 text ({what})")
 
 
-def iter_text(path: Path, counts: FileCounts) -> Iterator[str]:
+def iter_text(path: Path, counts: FileCounts, start: int = 0, end: int | None = None) -> Iterator[str]:
     """The decoded text of a file in pieces of about CHUNK_BYTES; a file whose first
-    64 KiB look binary raises instead."""
+    64 KiB look binary raises instead. With a byte range (which starts at a line start,
+    see `bertprep.boundaries`), only that part of the file."""
     pending = b""
-    first = True
-    for chunk in iter_chunks(path):
+    first = start == 0
+    for chunk in iter_chunks(path, start, end):
         counts.bytes += len(chunk)
         data = pending + chunk if pending else chunk
         text, consumed = _decode(data, False, counts)
         pending = data[consumed:]  # an incomplete character at the end of the chunk
         if first:
             first = False
-            _check_not_binary(path, data, text)
+            check_not_binary(path, data, text)
             text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark
         if text:
             yield text
@@ -214,17 +224,19 @@ class LineTooLong(Exception):
         self.line_number = line_number
 
 
-def iter_lines(path: Path, counts: FileCounts, max_chars: int | None = None, cut: bool = True) -> Iterator[str]:
-    """The lines of a text file, without their newline, each at most max_chars (default
-    MAX_LINE_CHARS) long: a longer line is cut into pieces and counted once in
-    counts.long_lines (cut=True), or raises LineTooLong (cut=False). Memory stays
-    bounded by the chunk size and max_chars, newlines or not.
+def iter_lines(path: Path, counts: FileCounts, max_chars: int | None = None, cut: bool = True,
+               start: int = 0, end: int | None = None) -> Iterator[str]:
+    """The lines of a text file (or of its bytes [start, end)), without their newline,
+    each at most max_chars (default MAX_LINE_CHARS) long: a longer line is cut into
+    pieces and counted once in counts.long_lines (cut=True), or raises LineTooLong
+    (cut=False; its number counts from `start`). Memory stays bounded by the chunk size
+    and max_chars, newlines or not.
     """
     max_chars = max_chars or MAX_LINE_CHARS
     carry = ""  # the unfinished last line, at most max_chars long
     carry_was_cut = False  # pieces of the unfinished line were already yielded
     line_number = 0
-    for text in iter_text(path, counts):
+    for text in iter_text(path, counts, start, end):
         lines = (carry + text).split("\n") if carry else text.split("\n")
         carry = lines.pop()
         for line in lines:
@@ -269,42 +281,54 @@ def record_text(where: str, value, field: str):
     raise BertprepError(f"{where}: field {field!r} is {type(value).__name__}, expected a string")
 
 
-def iter_jsonl_texts(path: Path, text_field: str | None, counts: FileCounts) -> Iterator[str]:
-    """The text_field of each JSON Lines record (default "text"); null values are skipped."""
+def lines_before(path: Path, offset: int) -> int:
+    """How many lines of a file end before byte `offset` (its line number there, less
+    one): only for naming a line in an error, so reading the prefix again is fine."""
+    return sum(chunk.count(b"\n") for chunk in iter_chunks(path, 0, offset)) if offset else 0
+
+
+def iter_jsonl_texts(path: Path, text_field: str | None, counts: FileCounts,
+                     start: int = 0, end: int | None = None) -> Iterator[str]:
+    """The text_field of each JSON Lines record (default "text"); null values are
+    skipped. With a byte range (cut at line starts), only the records in it."""
     line_number = 0
+
+    def where() -> str:  # built only for an error: the range's first line number costs a read
+        return f"{describe_path(path)}:{lines_before(path, start) + line_number}"
+
     try:
-        for line_number, line in enumerate(iter_lines(path, counts, MAX_JSON_LINE_CHARS, cut=False), 1):
+        for line_number, line in enumerate(iter_lines(path, counts, MAX_JSON_LINE_CHARS, cut=False, start=start, end=end), 1):
             if not line.strip():
                 continue
-            where = f"{describe_path(path)}:{line_number}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                if line_number == 1 and line.lstrip().startswith("["):
+                if line_number == 1 and start == 0 and line.lstrip().startswith("["):
                     raise BertprepError(
-                        f"{where}: a JSON array; expected JSON Lines (one object per line)"
+                        f"{where()}: a JSON array; expected JSON Lines (one object per line)"
                     ) from None
                 # json says "Unterminated string starting at" and expects a position next
-                raise BertprepError(f"{where}: invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
+                raise BertprepError(f"{where()}: invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
             if not isinstance(record, dict):
-                raise BertprepError(f"{where}: expected a JSON object, got {type(record).__name__}")
+                raise BertprepError(f"{where()}: expected a JSON object, got {type(record).__name__}")
             field = text_field or "text"
             if field not in record:
-                raise field_error(where, text_field, record)
-            text = record_text(where, record[field], field)
+                raise field_error(where(), text_field, record)
+            text = record[field]
+            if text is not None and not isinstance(text, str):
+                record_text(where(), text, field)  # raises, naming the line
             if text:
                 yield text
     except LineTooLong as exc:
         raise BertprepError(
-            f"{describe_path(path)}:{exc.line_number}: JSON record longer than "
+            f"{describe_path(path)}:{lines_before(path, start) + exc.line_number}: JSON record longer than "
             f"{MAX_JSON_LINE_CHARS:,} characters"
         ) from None
 
 
-def iter_parquet_texts(path: Path, text_field: str | None, counts: FileCounts) -> Iterator[str]:
-    """The text_field column of a Parquet file (default "text"), in record batches."""
+def open_parquet(path: Path, text_field: str | None):
+    """(ParquetFile, column name) of a Parquet file whose text column is a string."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
@@ -318,8 +342,19 @@ def iter_parquet_texts(path: Path, text_field: str | None, counts: FileCounts) -
     column_type = schema.field(field).type
     if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
         raise BertprepError(f"{describe_path(path)}: column {field!r} is {column_type}, expected a string")
+    return parquet, field
+
+
+def iter_parquet_texts(path: Path, text_field: str | None, counts: FileCounts,
+                       row_groups: list[int] | None = None) -> Iterator[str]:
+    """The text_field column of a Parquet file (default "text"), in record batches; of
+    the given row groups only, when named."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parquet, field = open_parquet(path, text_field)
     try:
-        for batch in parquet.iter_batches(batch_size=1024, columns=[field]):
+        for batch in parquet.iter_batches(batch_size=1024, columns=[field], row_groups=row_groups):
             column = batch.column(0)
             counts.bytes += pc.sum(pc.binary_length(column)).as_py() or 0
             for text in column.to_pylist():

@@ -11,7 +11,8 @@ import re
 import pytest
 
 from bertprep import corpus
-from bertprep.corpus import CorpusSpec, ReadStats, input_fingerprints, iter_documents, resolve_input_files
+from bertprep.corpus import CorpusSpec, ReadStats, iter_documents, resolve_input_files
+from bertprep.fingerprints import input_fingerprints
 from bertprep.errors import BertprepError
 
 REFERENCE_TEXT = (

@@ -56,10 +56,11 @@ KILL_POINTS = {
 }
 
 
-# Tasks finished at each point: (pairs, scatter, shards) of 18 partitions and 3 shards.
+# Tasks finished at each point: (pairs, scatter, shards) of 24 partitions (8 KB of the
+# file each) and 3 shards.
 # The work directory goes once the manifest is written: then nothing is left to redo.
-FINISHED_AT = {"tokenizing": (0, 0, 0), "shard-temporary": (18, 18, 1), "manifest-before-publish": (0, 0, 0)}
-TASKS = 18 + 18 + 3  # pairs and scatter per partition, one per shard
+FINISHED_AT = {"tokenizing": (0, 0, 0), "shard-temporary": (24, 24, 1), "manifest-before-publish": (0, 0, 0)}
+TASKS = 24 + 24 + 3  # pairs and scatter per partition, one per shard
 
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))

@@ -1,0 +1,215 @@
+"""The partition plan of build-shards: which part of which input each pair task reads.
+
+The driver plans from what is known without reading the corpus: file sizes, a few
+bytes around each cut (`bertprep.boundaries`), Parquet metadata, the row count of a
+saved dataset. The plan is a list of small descriptors, each a partition of about
+`--partition-size` bytes made of pieces (a byte range of a text or JSONL file, row
+groups of a Parquet file, rows of a saved dataset); each pair task reads only its own
+pieces. Cuts fall on document boundaries, so every document is read by exactly one
+task, and the plan is a function of the inputs' bytes and the options alone: the same
+on any executor, worker count or cluster (DESIGN.md, "Determinism and scale").
+
+Inputs that cannot be cut are planned whole, one piece each (packed with their
+neighbours when small): compressed files (a stream cannot be entered in the middle), a
+dataset by name (streamed), and `--sentences prose` text without `--document-separator`
+(a file is one document there). Their task's memory follows the input's size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from bertprep import hf_datasets, readers, storage
+from bertprep.boundaries import find_cut, sniff_layout
+from bertprep.corpus import CorpusSpec, KnownWord, ReadStats, iter_piece_documents, plural, resolve_input_files
+from bertprep.errors import BertprepError, describe_path
+
+COUNTED = ("bytes", "documents", "sentences", "invalid_bytes", "long_lines", "long_documents", "hyphens_removed")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One contiguous part of one input."""
+
+    path: str  # where to read it (absolute), or the --dataset name
+    name: str  # the input as the user gave it, for messages
+    kind: str  # "text" | "jsonl" | "parquet" | "dataset" (a saved one) | "stream" (read whole)
+    start: int = 0  # text, jsonl: a byte offset; parquet: a row group; dataset: a row
+    end: int | None = None  # exclusive; None: to the end of the input
+    size: int = 0  # bytes planned: exact for uncompressed files, estimated otherwise
+    last: bool = True  # ends where its input ends
+    layout: str | None = None  # text: how it was cut (boundaries.LAYOUTS)
+    wikitext: bool | None = None  # text: the file is WikiText (None: the reader decides)
+    config: str | None = None  # a dataset's config
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    index: int
+    pieces: tuple[Piece, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.pieces)
+
+    def descriptor(self) -> dict:
+        """As JSON holds it: what a pair marker records, to be reused only by this plan."""
+        return {"index": self.index, "pieces": [asdict(p) for p in self.pieces]}
+
+
+class _Packer:
+    """Pieces in input order into partitions of at least `target` bytes; a tail under a
+    quarter of that joins the partition before it."""
+
+    def __init__(self, target: int):
+        self.target = target
+        self.partitions: list[PartitionPlan] = []
+        self.pieces: list[Piece] = []
+        self.size = 0
+
+    def room(self) -> int:
+        return self.target - self.size
+
+    def add(self, piece: Piece) -> None:
+        self.pieces.append(piece)
+        self.size += piece.size
+        if self.size >= self.target:
+            self._close()
+
+    def _close(self) -> None:
+        self.partitions.append(PartitionPlan(len(self.partitions), tuple(self.pieces)))
+        self.pieces, self.size = [], 0
+
+    def finish(self) -> list[PartitionPlan]:
+        if self.pieces and self.partitions and self.size < self.target // 4:
+            previous = self.partitions.pop()
+            self.pieces = _joined([*previous.pieces, *self.pieces])
+        if self.pieces:
+            self._close()
+        return self.partitions
+
+
+def _joined(pieces: list[Piece]) -> list[Piece]:
+    """Adjacent pieces of one input as one."""
+    out: list[Piece] = []
+    for piece in pieces:
+        before = out[-1] if out else None
+        if (before is not None and before.path == piece.path and before.kind == piece.kind
+                and before.end is not None and before.end == piece.start):
+            out[-1] = Piece(**{**asdict(before), "end": piece.end, "size": before.size + piece.size,
+                               "last": piece.last})
+        else:
+            out.append(piece)
+    return out
+
+
+def plan_partitions(spec: CorpusSpec, target_bytes: int) -> list[PartitionPlan]:
+    """The partitions of the corpus, in input order (see the module docstring)."""
+    inputs = resolve_input_files(spec)
+    if spec.split is not None:
+        datasets = [p for p in inputs if readers.format_of(p) == "dataset"] + ([spec.dataset] if spec.dataset else [])
+        hf_datasets.check_split_applies(spec.split, datasets)
+    packer = _Packer(target_bytes)
+    for path in inputs:
+        for piece in _input_pieces(path, readers.format_of(path), spec, packer):
+            packer.add(piece)
+    if spec.dataset:
+        for piece in _input_pieces(Path(spec.dataset), "dataset", spec, packer, spec.dataset_config):
+            packer.add(piece)
+    return packer.finish()
+
+
+def _input_pieces(path, kind: str, spec: CorpusSpec, packer: _Packer, config: str | None = None) -> Iterator[Piece]:
+    """The pieces of one input, each cut once the partition being filled has its bytes
+    (packer.room() is read again after each piece is added)."""
+    where = {"path": str(path) if storage.is_remote(path) else str(path.absolute()), "name": describe_path(path)}
+    if kind == "dataset" and not readers.is_dataset_dir(path):
+        where["path"] = str(path)  # a name on the Hub: streamed, read whole
+        yield Piece(**where, kind="stream", size=packer.target, config=config)
+        return
+    if kind == "dataset":
+        if config is not None:  # a saved directory takes none: loading it says so
+            hf_datasets.load_dataset_split(path, config, spec.split_name)
+        rows, nbytes = hf_datasets.saved_text_rows(path, spec.split_name, spec.text_field)
+        start = 0
+        while start < rows:
+            # Rows of about the room left, at the column's mean bytes per row.
+            count = rows - start if nbytes == 0 else max(1, math.ceil(packer.room() * rows / nbytes))
+            end = min(rows, start + count)
+            yield Piece(**where, kind="dataset", start=start, end=end, size=math.ceil((end - start) * nbytes / rows),
+                        last=end == rows)
+            start = end
+        return
+    if kind == "parquet":
+        yield from _parquet_pieces(path, where, spec, packer)
+        return
+    size = path.stat().st_size
+    if readers.compression_of(path):  # a compressed stream cannot be entered in the middle
+        yield Piece(**where, kind=kind, size=size, layout=None)
+        return
+    if kind == "jsonl":
+        layout, wikitext = "record", None
+    else:
+        layout, wikitext = sniff_layout(path, spec.sentences == "prose", spec.separator_pattern())
+    start = 0
+    while True:
+        end = size if layout is None else find_cut(path, start + packer.room(), size, layout, spec.separator_pattern())
+        yield Piece(**where, kind=kind, start=start, end=end, size=end - start, last=end == size, layout=layout,
+                    wikitext=wikitext)
+        if end >= size:
+            return
+        start = end
+
+
+def _parquet_pieces(path, where: dict, spec: CorpusSpec, packer: _Packer) -> Iterator[Piece]:
+    """Runs of whole row groups, sized by the text column's bytes in the file's metadata."""
+    parquet, field = readers.open_parquet(path, spec.text_field)
+    metadata = parquet.metadata
+    sizes = []
+    for group in range(metadata.num_row_groups):
+        columns = metadata.row_group(group)
+        sizes.append(sum(columns.column(c).total_uncompressed_size for c in range(columns.num_columns)
+                         if columns.column(c).path_in_schema == field))
+    start, size = 0, 0
+    for group, group_size in enumerate(sizes):
+        size += group_size
+        if size >= packer.room() or group == len(sizes) - 1:
+            yield Piece(**where, kind="parquet", start=start, end=group + 1, size=size, last=group == len(sizes) - 1)
+            start, size = group + 1, 0
+
+
+# ---------------------------------------------------------------- in the pair task
+
+
+def read_partition(partition: PartitionPlan, spec: CorpusSpec, known_word: KnownWord | None = None
+                   ) -> tuple[list[list[str]], list[dict]]:
+    """(documents, the read counts of each piece) of one planned partition."""
+    documents: list[list[str]] = []
+    counts = []
+    for piece in partition.pieces:
+        stats = ReadStats()
+        documents.extend(iter_piece_documents(piece, spec, stats, known_word))
+        counts.append({"name": piece.name, **{key: getattr(stats, key) for key in COUNTED}})
+    return documents, counts
+
+
+def merge_read_stats(parts: Iterable[dict]) -> ReadStats:
+    """The corpus's read statistics from every piece's counts, in plan order (an input
+    read in several pieces counts as one file); an input that gave no document, only
+    undecodable bytes, raises naming it."""
+    stats = ReadStats()
+    per_input: dict[str, list[int]] = {}
+    for part in parts:
+        documents_and_invalid = per_input.setdefault(part["name"], [0, 0])
+        documents_and_invalid[0] += part["documents"]
+        documents_and_invalid[1] += part["invalid_bytes"]
+        for key in COUNTED:
+            setattr(stats, key, getattr(stats, key) + part[key])
+    for name, (documents, invalid) in per_input.items():
+        if documents == 0 and invalid:
+            raise BertprepError(f"{name}: no usable text ({plural(invalid, 'undecodable byte sequence')})")
+    stats.files = len(per_input)
+    stats.files_with_invalid = [name for name, (_, invalid) in per_input.items() if invalid]
+    return stats
