@@ -319,7 +319,7 @@ def test_the_ray_executor_builds_to_an_s3_out_with_the_same_bytes(s3, local, tmp
     done = subprocess.run([*PREP, *args], capture_output=True, text=True, timeout=180,
                           env={**os.environ, "RAY_ADDRESS": ""})
     assert done.returncode == 0, done.stderr
-    assert "  executor ray: 1 node, 2 CPUs" in done.stdout.splitlines()
+    assert "  executor ray: 1 node, 2 CPUs, no retries" in done.stdout.splitlines()
     same_as_local(s3, local, tmp_path, inputs)
 
 
