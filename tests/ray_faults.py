@@ -55,3 +55,23 @@ def ray_faults_by_value() -> None:
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def driven_cluster(head_node_args: dict, worker_cpus: list[int]):
+    """A `ray.cluster_utils.Cluster` on this machine (a head with `head_node_args`, one
+    worker node per entry of `worker_cpus`) with this process as its driver: a generator
+    for a module fixture (`yield from`), shut down when the fixture ends."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    nodes = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, **head_node_args})
+    for cpus in worker_cpus:
+        nodes.add_node(num_cpus=cpus)
+    ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
+    nodes.wait_for_nodes()
+    ray_faults_by_value()
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -25,7 +24,6 @@ from reliability_checks import PREP, temporaries
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra (pip install 'bertprep[ray]')")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")  # one local Ray at a time (conftest.py)
 
@@ -54,16 +52,7 @@ def inputs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster():
     """Two Ray nodes of one CPU each on this machine; this process is their driver."""
-    if ray.is_initialized():
-        ray.shutdown()
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
-    nodes.wait_for_nodes()
-    ray_faults.ray_faults_by_value()
-    yield nodes
-    ray.shutdown()
-    nodes.shutdown()
+    yield from ray_faults.driven_cluster({"num_cpus": 1}, [1])
 
 
 def build_on_ray(inputs, out, cache, progress=False, **options):

@@ -14,7 +14,6 @@ from bertprep.corpus import CorpusSpec
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra (pip install 'bertprep[ray]')")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")  # one local Ray at a time (conftest.py)
 
@@ -28,18 +27,7 @@ FAST_DEATH = {"health_check_period_ms": 200, "health_check_timeout_ms": 200, "he
 
 @pytest.fixture(scope="module")
 def cluster():
-    if ray.is_initialized():
-        ray.shutdown()
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                          "_system_config": FAST_DEATH})
-    for _ in range(2):
-        nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
-    nodes.wait_for_nodes()
-    ray_faults.ray_faults_by_value()
-    yield nodes
-    ray.shutdown()
-    nodes.shutdown()
+    yield from ray_faults.driven_cluster({"num_cpus": 0, "_system_config": FAST_DEATH}, [1, 1])
 
 
 @pytest.mark.slow  # its own three-node cluster: about 25 s
