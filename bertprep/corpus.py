@@ -40,17 +40,16 @@ continues as a new document (counted in `ReadStats.long_documents`).
 """
 from __future__ import annotations
 
-import glob
 import html
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator
 
 from bertprep import hf_datasets, readers, storage
 from bertprep.boundaries import is_doc_open, wikitext_level
 from bertprep.errors import BertprepError, describe_path
+from bertprep.input_files import resolve_input_files
 from bertprep.prose import KnownWord, ProseParagraphs
 from bertprep.readers import FileCounts
 from bertprep.sentences import split_sentences
@@ -59,11 +58,6 @@ SENTENCE_MODES = ("lines", "split", "prose")
 DEFAULT_SPLIT = "train"
 MAX_DOCUMENT_CHARS = 10_000_000
 MAX_DOCUMENT_SENTENCES = 100_000  # bounds memory when sentences are tiny
-# What a directory walk picks up (also compressed): WikiExtractor names its files
-# wiki_00 (no suffix) and WikiText wiki.train.raw / .tokens.
-TEXT_SUFFIXES = {"", ".txt", ".text", ".raw", ".tokens"}
-DIRECTORY_SUFFIXES = TEXT_SUFFIXES | readers.JSONL_SUFFIXES | readers.PARQUET_SUFFIXES
-_GLOB_CHARS = re.compile(r"[*?\[]")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _JUNK = str.maketrans("", "", "\ufffd\x00")
 
@@ -155,72 +149,6 @@ def format_size(n_bytes: int) -> str:
         if n_bytes >= size:
             return f"{n_bytes / size:,.1f} {unit}"
     return f"{n_bytes:,} bytes"
-
-
-# ---------------------------------------------------------------- resolving inputs
-
-
-def resolve_input_files(spec: CorpusSpec) -> list[Path]:
-    """The input files of spec.paths, expanded and sorted, without duplicates.
-
-    A directory is walked recursively (sorted, hidden entries skipped) for files named
-    like text, JSONL or Parquet (see DIRECTORY_SUFFIXES); a directory written by
-    `datasets.save_to_disk` is returned itself, as one input. A glob expands sorted. An
-    explicit file is taken whatever its name. spec.dataset is not listed here.
-    """
-    if not spec.paths and not spec.dataset:
-        raise BertprepError("no input given: name files or directories, or a --dataset")
-    found: list[Path] = []
-    for given in spec.paths:
-        if storage.is_remote(given):  # an object store: listed there, files only
-            found.extend(storage.list_files(given, _looks_like_corpus_file))
-            continue
-        path = Path(given)
-        if not path.exists() and _GLOB_CHARS.search(given):
-            matches = sorted(glob.glob(given, recursive=True))
-            if not matches:
-                raise BertprepError(f"{given}: no files match")
-            for match in matches:
-                found.extend(_expand(Path(match)))
-        else:
-            found.extend(_expand(path))
-    unique: dict[Path, Path] = {}
-    for path in found:
-        unique.setdefault(path.resolve(), path)
-    return list(unique.values())
-
-
-def _expand(path: Path) -> list[Path]:
-    if not path.exists():
-        raise BertprepError(f"{describe_path(path)}: no such file or directory")
-    if not os.access(path, os.R_OK):
-        raise BertprepError(f"{describe_path(path)}: permission denied")
-    if not path.is_dir() or readers.is_dataset_dir(path):
-        return [path]
-    files = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        datasets = [d for d in dirs if readers.is_dataset_dir(Path(root, d))]
-        files.extend(Path(root, d) for d in datasets)  # a saved dataset is one input
-        dirs[:] = [d for d in dirs if d not in datasets]
-        for name in names:
-            candidate = Path(root, name)
-            if not name.startswith(".") and _looks_like_corpus_file(candidate):
-                files.append(candidate)
-    files.sort(key=lambda p: p.relative_to(path).parts)
-    if not files:
-        raise BertprepError(f"{describe_path(path)}: no text, JSONL or Parquet files in this directory")
-    for file in files:
-        if not os.access(file, os.R_OK):
-            raise BertprepError(f"{describe_path(file)}: permission denied")
-    return files
-
-
-def _looks_like_corpus_file(path: Path) -> bool:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in readers.COMPRESSIONS:
-        suffixes.pop()
-    return (suffixes[-1] if suffixes else "") in DIRECTORY_SUFFIXES
 
 
 # ---------------------------------------------------------------- documents
