@@ -299,12 +299,10 @@ def _scatter_stage(ctx, config, partitions, num_shards, executor) -> dict:
 
 
 def _gather_stage(ctx, config, partitions, num_shards, staging, executor) -> list[dict]:
-    indexes = tuple(p["index"] for p in partitions)
-    if indexes == tuple(range(len(indexes))):
-        # Every shard task names every partition: as a range its descriptor stays a few
-        # bytes instead of P numbers (~470 KB each at 120,000 partitions, i.e. a TB),
-        # sent once per shard.
-        indexes = range(len(indexes))
+    # Partitions are numbered in plan order (_pair_stage returns them so), and every
+    # shard task reads all of them: as a range its descriptor stays a few bytes instead
+    # of P numbers (~470 KB each at 120,000 partitions, i.e. a TB), sent once per shard.
+    indexes = range(len(partitions))
     calls = [ShardTask(ctx, s, num_shards, indexes, str(staging)) for s in range(num_shards)]
     rows_per_shard = math.ceil(sum(sum(p["rows_per_pass"]) for p in partitions) / num_shards)
     return sorted(executor.map(gather_shard, calls, _gather_cost(config, rows_per_shard)), key=lambda s: s["name"])

@@ -94,7 +94,7 @@ class ShardTask:
     ctx: TaskContext
     shard: int
     num_shards: int
-    partitions: tuple[int, ...]  # every partition index, in order
+    partitions: range  # every partition index, in order
     out_dir: str
 
 
