@@ -1,6 +1,6 @@
 """build-shards' one progress display: every task of every stage counted on one bar.
 
-`tracked(executor, progress, config, text_bytes)` wraps the build's executor so that
+`TrackedExecutor(executor, progress, ...)` wraps the build's executor so that
 each result its `map` yields counts as one finished task of that task function's stage,
 whatever executor ran it (local pool or Ray: the count is taken on the driver, from the
 results). The total is every stage's tasks: the partitions (known once the pair stage
