@@ -57,6 +57,8 @@ def data_options(fn=None, defaults: bool = True):
 
 
 _opt_default = _opt
+# --unpad, the same on finetune, evaluate and predict.
+unpad_option = _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
 
 
 def training_options(fn):
@@ -79,7 +81,7 @@ def training_options(fn):
              "--max-steps (rerun to continue)."),
         _opt("--seed", type=int, help="Seed of the new head, dropout and data order (CPU runs repeat exactly)."),
         _opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available."),
-        _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP),
+        unpad_option,
         _opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: every epoch)."),
         _opt("--save-every", type=click.IntRange(min=1), help="Checkpoint every N steps [default: every epoch]."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
@@ -161,7 +163,7 @@ def qa(**options):
 @click.option("--out", type=click.Path(file_okay=False), help="Where predictions go [default: RUN].")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
-@_opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
+@unpad_option
 @data_options(defaults=False)
 @user_errors
 def evaluate(run, data, out, device, unpad, **options):
@@ -190,7 +192,7 @@ def evaluate(run, data, out, device, unpad, **options):
 @click.option("--question", help="A question (QA models).")
 @click.option("--context", help="The context to find its answer in (QA models).")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
-@_opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
+@unpad_option
 @user_errors
 def predict(run, texts, pairs, file, question, context, device, unpad):
     """Labels with probabilities for texts, or the answer to --question in --context.
