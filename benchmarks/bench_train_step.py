@@ -12,7 +12,12 @@ Cases (one batch each, built the same way in every process from fixed seeds):
              4 drawn from wiki_00 are all 512 long): the packing's cost more than its gain
 Variants: ours (padded, eager), unpad (--unpad on), compile (torch.compile, inductor),
 hf (transformers' class, same weights, the same batch; MLM labels over the whole
-sequence, -100 except at the masked positions, as its BertForPreTraining requires).
+sequence, -100 except at the masked positions, as its BertForPreTraining requires),
+hf-keep (the same, in a process with our heap setting). Our variants run as `bertmodel`
+trains on a CPU: with glibc told to keep freed blocks for reuse (bertmodel/host_memory.py:
+a step's large gradients are otherwise page-faulted in afresh every step); hf runs as a
+transformers user's process does, with glibc's defaults, and hf-keep shows how much of
+the difference that setting alone makes.
 One step = forward + backward + clip + AdamW (torch's, our decay groups, fused where
 this torch has it), dropout on.
 
@@ -21,8 +26,8 @@ Two timing methods, both reported:
                 the median step over all rounds: neither inherits the other's allocator
                 state or memory footprint, as in a real run;
   same-process  all variants of a case alive in one process, steps interleaved: both see
-                the same moment's machine load, but share one allocator (ours measured
-                ~15-25% slower there than alone while transformers' did not change).
+                the same moment's machine load, but share one allocator and our heap
+                setting (so hf there runs as hf-keep).
 On a shared machine CPU timings drift with the load: the load average is printed per
 case; ratios within a method are the figures to read.
 
@@ -50,6 +55,7 @@ from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
 from bertmodel.data.shards import open_shard_dir
+from bertmodel.host_memory import keep_freed_memory
 from bertmodel.model import BertForPreTraining, BertForSequenceClassification
 from bertmodel.model.unpad import set_unpad
 from bertmodel.optim import build_optimizer
@@ -57,9 +63,9 @@ from bertmodel.testing import SHARED, build_corpus_shards, wiki_to_reference_lay
 
 # case -> (head, preset, batch, shards' max_seq_length, variants)
 CASES = {
-    "base-128": ("pretrain", "base", 8, 128, ("ours", "unpad", "hf")),
-    "mini-128": ("pretrain", "mini", 16, 128, ("ours", "compile", "unpad", "hf")),
-    "sst2-cls": ("classify", "base", 32, 128, ("ours", "unpad", "hf")),
+    "base-128": ("pretrain", "base", 8, 128, ("ours", "unpad", "hf", "hf-keep")),
+    "mini-128": ("pretrain", "mini", 16, 128, ("ours", "compile", "unpad", "hf", "hf-keep")),
+    "sst2-cls": ("classify", "base", 32, 128, ("ours", "unpad", "hf", "hf-keep")),
     "base-512": ("pretrain", "base", 4, 512, ("ours", "unpad")),
 }
 TARGETS = {"base-128": 0.6, "mini-128": 0.35, "sst2-cls": 0.5}
@@ -152,7 +158,7 @@ def make_step(case: str, variant: str, b: dict, vocab_size: int):
     config = BertConfig.preset(preset, vocab_size=vocab_size)
     torch.manual_seed(0)
     ours = BertForPreTraining(config) if head == "pretrain" else BertForSequenceClassification(config, 2)
-    if variant == "hf":
+    if variant in ("hf", "hf-keep"):
         hf = hf_twin(ours, head)
         return stepper(hf, hf, hf_pretrain_inputs(b) if head == "pretrain" else b)
     if variant == "unpad":
@@ -164,6 +170,8 @@ def make_step(case: str, variant: str, b: dict, vocab_size: int):
 def worker(args) -> int:
     """--worker VARIANT: time one variant of one case alone in this process (JSON out)."""
     shards = json.loads(args.shards)
+    if args.worker != "hf":
+        keep_freed_memory()  # as bertmodel's trainer does on a CPU
     b, vocab_size = case_batch(args.cases[0], {int(k): v for k, v in shards.items()})
     step = make_step(args.cases[0], args.worker, b, vocab_size)
     for _ in range(3 if args.worker == "compile" else 1):  # warm-up: allocator, optimizer state, compilation
@@ -187,6 +195,8 @@ def bench_isolated(case: str, shards: dict, args) -> dict:
 
 
 def bench_same_process(case: str, shards: dict, args) -> dict:
+    """Every variant in this one process, which has our heap setting (so hf = hf-keep here)."""
+    keep_freed_memory()
     b, vocab_size = case_batch(case, shards)
     steps = {v: make_step(case, v, b, vocab_size) for v in CASES[case][4]}
     for variant, step in steps.items():
@@ -219,6 +229,8 @@ def report(case: str, method: str, times: dict, load: float) -> None:
         ratios.append(f"ours/hf {med['ours'] / med['hf']:.2f}{verdict}")
         if "unpad" in med:
             ratios.append(f"unpad/hf {med['unpad'] / med['hf']:.2f}")
+        if "hf-keep" in med:
+            ratios.append(f"ours/hf-keep {med['ours'] / med['hf-keep']:.2f}")
     for variant in ("unpad", "compile"):
         if variant in med:
             ratios.append(f"{variant}/ours {med[variant] / med['ours']:.2f}")
@@ -252,7 +264,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="timed steps per variant and round (after warm-up)")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the variants")
     ap.add_argument("--methods", nargs="+", default=["isolated", "same-process"], choices=["isolated", "same-process"])
-    ap.add_argument("--worker", choices=["ours", "unpad", "compile", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["ours", "unpad", "compile", "hf", "hf-keep"], help=argparse.SUPPRESS)
     ap.add_argument("--shards", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     args = ap.parse_args(argv)

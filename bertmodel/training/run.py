@@ -25,6 +25,7 @@ from bertmodel import checkpoint as ckpt
 from bertmodel import parallel
 from bertmodel.data import BatchLoader, SampleOrder
 from bertmodel.errors import BertmodelError
+from bertmodel.host_memory import keep_freed_memory
 from bertmodel.metrics import MetricsWriter, format_count
 from bertmodel.model.unpad import resolve as resolve_unpad
 from bertmodel.model.unpad import set_unpad
@@ -179,6 +180,8 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
                              f"ranks = {global_batch:,}) is larger than the training data ({rows:,} samples); "
                              "lower --batch-size")
     model.to(d.device)
+    if d.device.type == "cpu":
+        keep_freed_memory()  # every step's large blocks reused, not page-faulted in again
     unpad = resolve_unpad(cfg.unpad, d.device, model)
     set_unpad(model, unpad)  # an attribute, not weights: checkpoints and exports are unchanged
     optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
