@@ -166,72 +166,77 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
     # One display for the whole build, from before the executor starts (a Ray cluster
     # takes seconds to start or join): every task's result is counted as it returns.
     starting = f"starting the {config.executor} executor"
-    with BuildProgress(progress, waiting=starting) as bar, \
-            make_executor(config.executor, config.workers, config.ray_address) as pool:
-        inputs = _hashed_inputs(spec, pool)
-        plan = _plan(spec, inputs, tok, config)
-        manifest = same_build(staging, plan)
-        if manifest is not None:  # stopped after writing its manifest, before publishing it
-            _check_and_publish(staging, out, config)
-            return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"],
-                               ReadStats(), [])
-        work = _prepare_work_dir(staging, plan)
-        tokenizer_files = tok.save(staging)
-        cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
-        ctx = TaskContext(
-            tokenizer_dir=str(staging),
-            tokenizer_fingerprint=tok.fingerprint(),
-            cache_dir=str(cache_dir),
-            work_dir=str(work),
-            seed=config.seed,
-            dupe_factor=config.dupe_factor,
-            pairs=config.pair_config(),
-            masking=config.masking_config(),
-            engine=config.engine,
-            corpus=spec,
+    pool = None
+    try:
+        with BuildProgress(progress, waiting=starting) as bar, \
+                make_executor(config.executor, config.workers, config.ray_address) as pool:
+            inputs = _hashed_inputs(spec, pool)
+            plan = _plan(spec, inputs, tok, config)
+            manifest = same_build(staging, plan)
+            if manifest is not None:  # stopped after writing its manifest, before publishing it
+                _check_and_publish(staging, out, config)
+                return BuildResult(out, manifest, time.perf_counter() - started, manifest["totals"]["text_bytes"],
+                                   ReadStats(), [])
+            work = _prepare_work_dir(staging, plan)
+            tokenizer_files = tok.save(staging)
+            cache_dir = storage.path(config.cache_dir) if config.cache_dir else default_cache_dir()
+            ctx = TaskContext(
+                tokenizer_dir=str(staging),
+                tokenizer_fingerprint=tok.fingerprint(),
+                cache_dir=str(cache_dir),
+                work_dir=str(work),
+                seed=config.seed,
+                dupe_factor=config.dupe_factor,
+                pairs=config.pair_config(),
+                masking=config.masking_config(),
+                engine=config.engine,
+                corpus=spec,
+            )
+            partition_plan = plan_partitions(spec, config.partition_bytes)
+            executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
+                                       sum(p.size for p in partition_plan))
+            partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
+            total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
+            if total_rows == 0:
+                raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
+            num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
+            num_shards = min(num_shards, total_rows)
+            stats = _scatter_stage(ctx, config, partitions, num_shards, executor)
+            if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
+                warnings.extend(_pair_warnings(spec, config, stats, partitions))
+            warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
+            shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor)
+            report = executor.report()
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        manifest = build_manifest(
+            version=__version__,
+            options=config.output_options(),
+            corpus={**asdict(spec), "paths": list(spec.paths)},
+            inputs=inputs,
+            tok=tok,
+            tokenizer_files=tokenizer_files,
+            shards=shards,
+            partitions=partitions,
+            stats=stats,
+            read_stats=read_stats,
         )
-        partition_plan = plan_partitions(spec, config.partition_bytes)
-        executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
-                                   sum(p.size for p in partition_plan))
-        partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
-        total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
-        if total_rows == 0:
-            raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
-        num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
-        num_shards = min(num_shards, total_rows)
-        stats = _scatter_stage(ctx, config, partitions, num_shards, executor)
-        if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
-            warnings.extend(_pair_warnings(spec, config, stats, partitions))
-        warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
-        shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor)
-        report = executor.report()
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    manifest = build_manifest(
-        version=__version__,
-        options=config.output_options(),
-        corpus={**asdict(spec), "paths": list(spec.paths)},
-        inputs=inputs,
-        tok=tok,
-        tokenizer_files=tokenizer_files,
-        shards=shards,
-        partitions=partitions,
-        stats=stats,
-        read_stats=read_stats,
-    )
-    changed = changed_input(states, input_files)
-    if changed:
-        raise BertprepError(f"{changed}: changed while the build was reading it; nothing was published "
-                            "(run the command again once the input is final)")
-    # A task retried after its worker was lost may have left its temporary behind.
-    remove_stale_temporaries(staging)
-    write_dataset_files(staging, shards, tok.vocab_size, manifest)
-    storage.rmtree(work)
-    (staging / "plan.json").unlink()
-    write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
-    _check_and_publish(staging, out, config)
-    text_bytes = sum(p["text_bytes"] for p in partitions)
-    return BuildResult(out, manifest, time.perf_counter() - started, text_bytes, read_stats, warnings, executor=report)
+        changed = changed_input(states, input_files)
+        if changed:
+            raise BertprepError(f"{changed}: changed while the build was reading it; nothing was published "
+                                "(run the command again once the input is final)")
+        # A task retried after its worker was lost may have left its temporary behind.
+        remove_stale_temporaries(staging)
+        write_dataset_files(staging, shards, tok.vocab_size, manifest)
+        storage.rmtree(work)
+        (staging / "plan.json").unlink()
+        write_json_atomic(staging / "manifest.json", manifest)  # last: the mark of a whole result
+        _check_and_publish(staging, out, config)
+        text_bytes = sum(p["text_bytes"] for p in partitions)
+        return BuildResult(out, manifest, time.perf_counter() - started, text_bytes, read_stats, warnings, executor=report)
+    finally:
+        if pool is not None:  # a local Ray started for the build stops beside the last steps
+            pool.wait_closed()
 
 
 def _inputs_label(spec: CorpusSpec) -> str:

@@ -126,6 +126,9 @@ class LocalExecutor:
         for process in processes:
             process.join(timeout=5)
 
+    def wait_closed(self) -> None:
+        """Nothing left to wait for: the pool is shut down when the with-block ends."""
+
     def report(self) -> ExecutorReport:
         return ExecutorReport("local", 1, self.workers)
 

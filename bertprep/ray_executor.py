@@ -10,12 +10,13 @@ the same command run again skips every task whose marker exists.
 
 With an address the build joins that cluster ("auto": the cluster this node belongs to,
 as `ray start` made it; or HOST:PORT). Without one, a local Ray is started for the run
-and stopped after it. A Ray already initialized in this process (a notebook, a test) is
+and stopped after it (beside the build's last steps, see `wait_closed`). A Ray already initialized in this process (a notebook, a test) is
 used as it is and left running.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from typing import Any, Callable, Iterable, Iterator
 
@@ -85,6 +86,7 @@ class RayExecutor:
         self.ray = import_ray()
         self.max_retries = max_retries
         self._owned = False
+        self._closing: threading.Thread | None = None
         self._calls = 0
         self._pending: list = []
         if not self.ray.is_initialized():
@@ -119,8 +121,20 @@ class RayExecutor:
             internal_kv._internal_kv_del(f"{self._run_id}/".encode(), del_by_prefix=True, namespace=KV_NAMESPACE)
         except Exception:  # the cluster is gone already: so are the records
             pass
-        if self._owned:
+        if self._owned and exc[0] is None:
+            # Stopping a local Ray takes 1.4-1.7 s (each of its processes is given a
+            # second to exit), which the build's last steps (manifest, the check before
+            # publishing, the rename) can use: stop it beside them; wait_closed() joins.
+            self._closing = threading.Thread(target=self.ray.shutdown, name="ray-shutdown")
+            self._closing.start()
+        elif self._owned:
             self.ray.shutdown()
+
+    def wait_closed(self) -> None:
+        """Return once the local Ray this executor started has stopped."""
+        if self._closing is not None:
+            self._closing.join()
+            self._closing = None
 
     def _cluster_cpus(self) -> int:
         return int(self.ray.cluster_resources().get("CPU", 1))
