@@ -336,14 +336,32 @@ def gather_shard(task: ShardTask) -> dict:
         # On an object store: ranged reads of this batch and the footer.
         reader = pa.ipc.open_file(storage.open_random_access(_work(ctx, f"scatter-{index:06d}.arrow")))
         batches.append(reader.get_batch(shard))
-    table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=batches[0].schema)
+    row_schema = batches[0].schema
+    batches = [b for b in batches if b.num_rows]
+    starts = np.cumsum([0] + [b.num_rows for b in batches])
     rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
-    table = table.take(pa.array(rng.permutation(table.num_rows))).combine_chunks()
-    with ArrowWriter(storage.path(out_dir) / name, table.schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
-        writer.write(table)
+    order = rng.permutation(int(starts[-1]))
+    with ArrowWriter(storage.path(out_dir) / name, row_schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
+        # One output record batch at a time, taken from the mapped batches: the task
+        # holds a record batch of rows, never a shuffled copy of the whole shard.
+        for lo in range(0, len(order), RECORD_BATCH_ROWS):
+            writer.write(_take_rows(batches, starts, order[lo:lo + RECORD_BATCH_ROWS], row_schema))
     result = {"name": name, "rows": writer.rows, "bytes": writer.bytes, "sha256": writer.sha256}
     write_json_atomic(marker, result, fsync=False)
     return result
+
+
+def _take_rows(batches: list, starts: np.ndarray, rows: np.ndarray, row_schema: pa.Schema) -> pa.RecordBatch:
+    """Rows `rows` (indices into the batches laid end to end, starting at `starts`) as
+    one record batch, in that order."""
+    source = np.searchsorted(starts, rows, side="right") - 1
+    by_source = np.argsort(source, kind="stable")
+    pieces = [batches[b].take(pa.array(rows[by_source][source[by_source] == b] - starts[b]))
+              for b in np.unique(source)]
+    grouped = pa.Table.from_batches(pieces, schema=row_schema).combine_chunks()
+    inverse = np.empty_like(by_source)
+    inverse[by_source] = np.arange(len(by_source))
+    return grouped.take(pa.array(inverse)).to_batches()[0]
 
 
 __all__ = [
