@@ -24,8 +24,8 @@ from bertprep import __version__, schema, storage
 from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build_progress import TrackedExecutor
-from bertprep.build_tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext, fingerprint_input,
-                                  gather_shard, merge_stats, pair_partition, scatter_partition)
+from bertprep.build_tasks import (RECORD_BATCH_ROWS, FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
+                                  fingerprint_input, gather_shard, merge_stats, pair_partition, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.fingerprints import fingerprint_sources, input_fingerprints
@@ -330,8 +330,10 @@ def _scatter_cost(config: BuildConfig) -> TaskCost:
 
 
 def _gather_cost(config: BuildConfig, rows: int) -> TaskCost:
-    # One shard as a table, its shuffled copy and the batches being written.
-    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + 3 * rows * (4 * config.max_seq_length + 64))
+    # The shard's rows in the mapped scatter batches (resident once read), and the record
+    # batch being taken and written: it never holds a shuffled copy of the whole shard.
+    row_bytes = 4 * config.max_seq_length + 64
+    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + (rows + 3 * RECORD_BATCH_ROWS) * row_bytes)
 
 
 def _check_and_publish(staging, out, config: BuildConfig) -> None:
