@@ -54,7 +54,7 @@ def test_training_steps_equal_transformers_on_the_same_hyperparameters():
     for step, (inputs, labels) in enumerate(batches(config.vocab_size, STEPS)):
         loss_ours = ours(**inputs, labels=labels).loss
         loss_theirs = theirs(**inputs, labels=labels).loss
-        losses.append((float(loss_ours), float(loss_theirs)))
+        losses.append((loss_ours.item(), loss_theirs.item()))
         loss_ours.backward(), loss_theirs.backward()
         norm_ours = torch.nn.utils.clip_grad_norm_(list(ours.parameters()), 1.0)
         norm_theirs = torch.nn.utils.clip_grad_norm_(list(theirs.parameters()), 1.0)
