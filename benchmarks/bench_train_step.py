@@ -242,7 +242,7 @@ def report(case: str, method: str, times: dict, load: float) -> None:
             if other in med and other != auto:
                 ratios.append(f"{other}/hf {med[other] / med['hf']:.2f}")
         if "hf-keep" in med:
-            ratios.append(f"ours/hf-keep {med['ours'] / med['hf-keep']:.2f}")
+            ratios.append(f"{auto}/hf-keep {med[auto] / med['hf-keep']:.2f}")
     for variant in ("unpad", "compile"):
         if variant in med:
             ratios.append(f"{variant}/ours {med[variant] / med['ours']:.2f}")

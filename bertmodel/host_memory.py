@@ -15,23 +15,24 @@ also keeps its pool. Only glibc has these knobs; elsewhere this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 M_TRIM_THRESHOLD = -1  # glibc malloc.h: give memory back at the heap's top only above this
 M_MMAP_THRESHOLD = -3  # glibc malloc.h: blocks at least this big get their own mmap
 LIMIT = 2 ** 31 - 1  # mallopt takes an int: 2 GiB, above any one block a training step frees
+OLD_GLIBC_LIMIT = 32 << 20  # older glibc refuses an mmap threshold above HEAP_MAX_SIZE / 2
 
 
 def keep_freed_memory() -> bool:
-    """Set glibc's thresholds so large freed blocks are reused, not unmapped; True when
-    this C library took both settings."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
+    """Set glibc's thresholds so large freed blocks are reused, not unmapped. True when
+    blocks of any size are kept; False on a C library without mallopt, or a glibc that
+    only takes blocks up to 32 MiB (set then, as the best it allows)."""
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
     except (OSError, AttributeError):  # not glibc (musl, macOS): no mallopt to call
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, LIMIT)) and bool(mallopt(M_TRIM_THRESHOLD, LIMIT))
+    mallopt(M_TRIM_THRESHOLD, LIMIT)
+    if mallopt(M_MMAP_THRESHOLD, LIMIT):
+        return True
+    mallopt(M_MMAP_THRESHOLD, OLD_GLIBC_LIMIT)
+    return False

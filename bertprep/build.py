@@ -330,10 +330,10 @@ def _scatter_cost(config: BuildConfig) -> TaskCost:
 
 
 def _gather_cost(config: BuildConfig, rows: int) -> TaskCost:
-    # The shard's rows in the mapped scatter batches (resident once read), and the record
-    # batch being taken and written: it never holds a shuffled copy of the whole shard.
+    # The shard's rows in the mapped scatter batches (resident once read), one copy of
+    # them past FEW_SOURCES partitions, and the record batches being taken and written.
     row_bytes = 4 * config.max_seq_length + 64
-    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + (rows + 3 * RECORD_BATCH_ROWS) * row_bytes)
+    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + (2 * rows + 3 * RECORD_BATCH_ROWS) * row_bytes)
 
 
 def _check_and_publish(staging, out, config: BuildConfig) -> None:

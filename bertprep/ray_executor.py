@@ -16,6 +16,7 @@ used as it is and left running.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import uuid
 from typing import Any, Callable, Iterable, Iterator
@@ -78,6 +79,35 @@ def retry_reason(task: str, node: str, pid: int, alive_nodes: set[str]) -> str:
     return f"{task}: worker process {pid} on node {node[:8]} died (WorkerCrashedError: killed or crashed)"
 
 
+class _Stopping:
+    """The one local Ray stopping in the background (a process has one Ray), so the next
+    executor in this process waits for it before it starts or joins another."""
+
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    @classmethod
+    def start(cls, ray) -> None:
+        def stop():
+            try:
+                ray.shutdown()
+            except BaseException as exc:  # reported by wait(), not as a thread's traceback
+                cls.error = exc
+
+        cls.thread = threading.Thread(target=stop, name="ray-shutdown")
+        cls.thread.start()
+
+    @classmethod
+    def wait(cls) -> None:
+        if cls.thread is not None:
+            cls.thread.join()
+            cls.thread = None
+        if cls.error is not None:
+            error, cls.error = cls.error, None
+            # The build's result is complete and published by now; only the cleanup failed.
+            print(f"warning: stopping the local Ray failed: {type(error).__name__}: {error}", file=sys.stderr)
+
+
 class RayExecutor:
     name = "ray"
 
@@ -86,9 +116,9 @@ class RayExecutor:
         self.ray = import_ray()
         self.max_retries = max_retries
         self._owned = False
-        self._closing: threading.Thread | None = None
         self._calls = 0
         self._pending: list = []
+        _Stopping.wait()  # a Ray still stopping from an earlier build is neither joined nor reused
         if not self.ray.is_initialized():
             kwargs = {"logging_level": logging.ERROR, "log_to_driver": False}
             try:
@@ -122,19 +152,16 @@ class RayExecutor:
         except Exception:  # the cluster is gone already: so are the records
             pass
         if self._owned and exc[0] is None:
-            # Stopping a local Ray takes 1.4-1.7 s (each of its processes is given a
+            # Stopping a local Ray takes 1.2-1.7 s (each of its processes is given a
             # second to exit), which the build's last steps (manifest, the check before
             # publishing, the rename) can use: stop it beside them; wait_closed() joins.
-            self._closing = threading.Thread(target=self.ray.shutdown, name="ray-shutdown")
-            self._closing.start()
+            _Stopping.start(self.ray)
         elif self._owned:
             self.ray.shutdown()
 
     def wait_closed(self) -> None:
         """Return once the local Ray this executor started has stopped."""
-        if self._closing is not None:
-            self._closing.join()
-            self._closing = None
+        _Stopping.wait()
 
     def _cluster_cpus(self) -> int:
         return int(self.ray.cluster_resources().get("CPU", 1))
