@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator
 
@@ -25,6 +26,7 @@ from bertprep.errors import BertprepError
 from bertprep.executor import ExecutorReport, TaskCost, next_batch
 
 DEFAULT_MAX_RETRIES = 3  # Ray's own default for tasks whose worker dies
+VERDICT_WAIT_S = 3.0  # how long a report waits for the cluster to say a lost start's node died
 
 
 def import_ray():
@@ -169,11 +171,23 @@ class RayExecutor:
     def report(self) -> ExecutorReport:
         """The cluster as the build ends (alive nodes only, and their CPUs) and every
         retry, with the reason its earlier start was lost."""
-        alive = [node for node in self.ray.nodes() if node.get("Alive")]
+        lost = lost_starts(self._run_id, self._answered)
+        alive = self._alive_nodes()
+        # A task is retried as soon as its owner loses the worker, which can be before
+        # the cluster has declared that worker's node dead (its health check takes a
+        # few periods): when a lost start's node still reads alive, give the verdict a
+        # moment, so a lost node is not reported as a lost process.
+        deadline = time.monotonic() + VERDICT_WAIT_S
+        while any(node in {n["NodeID"] for n in alive} for _, node, _ in lost) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = self._alive_nodes()
         cpus = int(sum(node.get("Resources", {}).get("CPU", 0) for node in alive))
         ids = {node["NodeID"] for node in alive}
-        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in lost_starts(self._run_id, self._answered)]
+        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in lost]
         return ExecutorReport("ray", len(alive), cpus, len(reasons), reasons)
+
+    def _alive_nodes(self) -> list[dict]:
+        return [node for node in self.ray.nodes() if node.get("Alive")]
 
     def map(self, fn: Callable, descriptors: Iterable, cost: TaskCost = TaskCost(),
             max_in_flight: int | None = None) -> Iterator[Any]:
