@@ -168,6 +168,8 @@ def time_only(small, mb: float, vocab, tmp: pathlib.Path, dupe: int) -> None:
     print(f"ray and local shards identical: {same}")
     print(f"time ray/local on {mb:.0f} MB (best of 2 each): {tr / tl:.2f}x with a local Ray started for the run "
           "(target <= 1.25x)")
+    joined = joined_cluster_seconds(small, vocab, tmp / "out-joined", tmp / "cache", dupe)
+    print(f"time ray/local on {mb:.0f} MB, joining a running Ray (one run): {joined:.1f} s, {joined / tl:.2f}x")
 
 
 def shard_digests(out: pathlib.Path) -> dict[str, str]:
