@@ -337,25 +337,30 @@ def gather_shard(task: ShardTask) -> dict:
         # On an object store: ranged reads of this batch and the footer.
         reader = pa.ipc.open_file(storage.open_random_access(_work(ctx, f"scatter-{index:06d}.arrow")))
         batches.append(reader.get_batch(shard))
-    row_schema = batches[0].schema
-    batches = [b for b in batches if b.num_rows]
-    starts = np.cumsum([0] + [b.num_rows for b in batches])
     rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
-    order = rng.permutation(int(starts[-1]))
+    order = rng.permutation(sum(b.num_rows for b in batches))
+    writer = write_shuffled(storage.path(out_dir) / name, batches, order, batches[0].schema)
+    result = {"name": name, "rows": writer.rows, "bytes": writer.bytes, "sha256": writer.sha256}
+    write_json_atomic(marker, result, fsync=False)
+    return result
+
+
+def write_shuffled(path, batches: list, order: np.ndarray, row_schema: pa.Schema) -> ArrowWriter:
+    """The rows of `batches` (laid end to end; empty ones allowed) in the order `order`,
+    as one Arrow stream file at `path`, one output record batch at a time: the task
+    never holds a shuffled copy of the whole shard. Returns the closed writer (rows,
+    bytes, sha256)."""
+    batches = [b for b in batches if b.num_rows]
     if len(batches) > FEW_SOURCES:
         # With many partitions each output batch would draw from thousands of tiny
         # batches (one take each, ~1 ms per 1,000 rows of overhead): one copy of the
         # shard, then one take per output batch, is ~10x faster at 2,500 partitions.
         batches = pa.Table.from_batches(batches, schema=row_schema).combine_chunks().to_batches()
-        starts = np.cumsum([0] + [b.num_rows for b in batches])
-    with ArrowWriter(storage.path(out_dir) / name, row_schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
-        # One output record batch at a time, taken from the mapped batches (or the one
-        # copy): the task never holds a shuffled copy of the whole shard as well.
+    starts = np.cumsum([0] + [b.num_rows for b in batches])
+    with ArrowWriter(path, row_schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
         for lo in range(0, len(order), RECORD_BATCH_ROWS):
             writer.write(_take_rows(batches, starts, order[lo:lo + RECORD_BATCH_ROWS], row_schema))
-    result = {"name": name, "rows": writer.rows, "bytes": writer.bytes, "sha256": writer.sha256}
-    write_json_atomic(marker, result, fsync=False)
-    return result
+    return writer
 
 
 def _take_rows(batches: list, starts: np.ndarray, rows: np.ndarray, row_schema: pa.Schema) -> pa.Table:
@@ -385,6 +390,7 @@ __all__ = [
     "pair_partition",
     "scatter_partition",
     "gather_shard",
+    "write_shuffled",
     "merge_stats",
     "stream_seed",
 ]

@@ -7,7 +7,6 @@ import pyarrow as pa
 import pytest
 
 from bertprep import build_tasks
-from bertprep.arrow_writer import ArrowWriter
 from bertprep.build import BuildConfig, build_shards
 from bertprep.corpus import CorpusSpec
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
@@ -25,25 +24,22 @@ def partition_batches(rng, count: int, mean_rows: int) -> list[pa.RecordBatch]:
     return batches
 
 
-def shuffled(batches, order, path):
-    nonempty = [b for b in batches if b.num_rows]
-    starts = np.cumsum([0] + [b.num_rows for b in nonempty])
-    with ArrowWriter(path, SCHEMA, batch_rows=build_tasks.RECORD_BATCH_ROWS, digest=True) as writer:
-        for lo in range(0, len(order), build_tasks.RECORD_BATCH_ROWS):
-            writer.write(build_tasks._take_rows(nonempty, starts, order[lo:lo + build_tasks.RECORD_BATCH_ROWS], SCHEMA))
+def shuffled(batches, order, path, monkeypatch, few_sources):
+    monkeypatch.setattr(build_tasks, "FEW_SOURCES", few_sources)
+    writer = build_tasks.write_shuffled(path, batches, order, SCHEMA)
     return writer.sha256, pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
 
 
 @pytest.mark.parametrize("count,mean_rows", [(1, 9000), (3, 3000), (70, 150), (900, 12)])
-def test_rows_come_out_in_the_drawn_order_and_bytes_match_the_one_copy_path(tmp_path, count, mean_rows):
+def test_rows_come_out_in_the_drawn_order_and_bytes_match_the_one_copy_path(tmp_path, monkeypatch, count, mean_rows):
     rng = np.random.default_rng(count)
     batches = partition_batches(rng, count, mean_rows)
     total = sum(b.num_rows for b in batches)
     order = rng.permutation(total)
     whole = pa.Table.from_batches([b for b in batches if b.num_rows], schema=SCHEMA)
-    direct_sha, direct = shuffled(batches, order, tmp_path / "direct.arrow")
+    direct_sha, direct = shuffled(batches, order, tmp_path / "direct.arrow", monkeypatch, 10 ** 6)
     assert direct.equals(whole.take(pa.array(order)))
-    copy_sha, copy = shuffled(whole.combine_chunks().to_batches(), order, tmp_path / "copy.arrow")
+    copy_sha, copy = shuffled(batches, order, tmp_path / "copy.arrow", monkeypatch, 0)
     assert copy.equals(direct) and copy_sha == direct_sha
 
 
