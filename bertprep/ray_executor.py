@@ -10,8 +10,8 @@ the same command run again skips every task whose marker exists.
 
 With an address the build joins that cluster ("auto": the cluster this node belongs to,
 as `ray start` made it; or HOST:PORT). Without one, a local Ray is started for the run
-and stopped after it (beside the build's last steps, see `wait_closed`). A Ray already initialized in this process (a notebook, a test) is
-used as it is and left running.
+and stopped after it (beside the build's last steps, see `wait_closed`). A Ray already
+initialized in this process (a notebook, a test) is used as it is and left running.
 """
 from __future__ import annotations
 
@@ -178,16 +178,16 @@ class RayExecutor:
         # few periods): when a lost start's node still reads alive, give the verdict a
         # moment, so a lost node is not reported as a lost process.
         deadline = time.monotonic() + VERDICT_WAIT_S
-        while any(node in {n["NodeID"] for n in alive} for _, node, _ in lost) and time.monotonic() < deadline:
+        while any(node in alive for _, node, _ in lost) and time.monotonic() < deadline:
             time.sleep(0.2)
             alive = self._alive_nodes()
-        cpus = int(sum(node.get("Resources", {}).get("CPU", 0) for node in alive))
-        ids = {node["NodeID"] for node in alive}
-        reasons = [retry_reason(task, node, pid, ids) for task, node, pid in lost]
+        cpus = int(sum(node.get("Resources", {}).get("CPU", 0) for node in alive.values()))
+        reasons = [retry_reason(task, node, pid, set(alive)) for task, node, pid in lost]
         return ExecutorReport("ray", len(alive), cpus, len(reasons), reasons)
 
-    def _alive_nodes(self) -> list[dict]:
-        return [node for node in self.ray.nodes() if node.get("Alive")]
+    def _alive_nodes(self) -> dict[str, dict]:
+        """The cluster's live nodes by node id."""
+        return {node["NodeID"]: node for node in self.ray.nodes() if node.get("Alive")}
 
     def map(self, fn: Callable, descriptors: Iterable, cost: TaskCost = TaskCost(),
             max_in_flight: int | None = None) -> Iterator[Any]:
