@@ -28,17 +28,20 @@ def read_manifest(out) -> dict:
         raise BertprepError(f"{path}: not valid JSON ({exc})") from None
 
 
+def _unreadable(path, exc: Exception) -> BertprepError:
+    return BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})")
+
+
 def open_shard(path) -> pa.Table:
     try:
         return pa.ipc.open_stream(storage.open_random_access(path)).read_all()
     except (pa.ArrowInvalid, OSError) as exc:
-        raise BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})") from None
+        raise _unreadable(path, exc) from None
 
 
-def _flat(column) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets) of a list column (chunked or one array), as numpy, zero-copy
-    where possible."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def _flat(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a record batch's list column, as numpy, zero-copy where
+    possible."""
     offsets = array.offsets.to_numpy().astype(np.int64)
     values = array.values.to_numpy()
     return values[offsets[0] : offsets[-1]], offsets - offsets[0]
@@ -53,7 +56,7 @@ def _measure_shard(path, mask_id: int, masking: MaskingConfig, counts: dict, his
             for batch in pa.ipc.open_stream(stream):
                 _measure_batch(batch, mask_id, masking, counts, histogram)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise BertprepError(f"{path}: unreadable Arrow stream ({str(exc).splitlines()[0]})") from None
+        raise _unreadable(path, exc) from None
 
 
 def _measure_batch(batch: pa.RecordBatch, mask_id: int, masking: MaskingConfig, counts: dict,
