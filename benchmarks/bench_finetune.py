@@ -24,7 +24,7 @@ linear schedule starts at 0, so ours runs one step ahead during warmup. With tha
 aligned, the two training loops are the same computation (same batches and weights,
 dropout off: the losses agree to 6 decimals over 30 MRPC steps).
 
-Tasks: rte (sentence pairs) and cola (single sentences, header-less TSV).
+Tasks: rte and mrpc (sentence pairs), cola (single sentences, header-less TSV).
 Run:   .venv/bin/python benchmarks/bench_finetune.py --epochs 1 --max-train-rows 480 --seeds 1,2,3
 Needs: transformers and accelerate (the `bench` extra), ../shared/data/glue, and
        ../shared/tools/fetch_minilm.sh (or --model DIR).

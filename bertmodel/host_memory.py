@@ -5,8 +5,8 @@ it back with munmap when it is freed; its dynamic threshold stops growing at 32 
 training step frees and reallocates the same large blocks every step (the dense
 word-embedding gradient alone is vocab x hidden x 4 bytes: 47 MB for MiniLM, 94 MB for
 bert-base), so every step page-faults them in again and the kernel zeroes each page
-first. On this project's 2-core CPU that was 14% of an unpadded MiniLM fine-tuning step
-(262 -> 225 ms, benchmarks/bench_finetune.py). Raising the mmap and trim thresholds
+first. On this project's 2-core CPU that was 19% of an unpadded MiniLM fine-tuning step
+(one CoLA batch, one thread, profiled alone: 252 -> 203 ms). Raising the mmap and trim thresholds
 keeps such blocks in the heap for the next step, which is what the caching allocators
 recommended for CPU training (jemalloc, tcmalloc) do. The cost: the process's resident
 size stays near its peak instead of shrinking between steps, as a GPU caching allocator
