@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertmodel.config import BertConfig
+from bertmodel.model.dropout import Dropout, attention
 from bertmodel.model.unpad import Packing
 
 class Embeddings(nn.Module):
@@ -29,7 +30,7 @@ class Embeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -60,7 +61,7 @@ class DenseLayerNorm(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(x)))
@@ -94,8 +95,7 @@ class Attention(nn.Module):
             k, v = F.linear(x, weight, bias).view(B, T, 2, A, D).permute(2, 0, 3, 1, 4).unbind(0)
             q = s.query(xq).view(B, -1, A, D).transpose(1, 2)
         # q (B, A, Q, D), k and v (B, A, T, D); mask (B, 1, 1, T) broadcasts over heads and queries
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        y = attention(q, k, v, mask, self.dropout_p if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, Q, H)
         return self.output(y, xq)
 

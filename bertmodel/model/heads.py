@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertmodel.config import BertConfig
+from bertmodel.model.dropout import Dropout
 from bertmodel.model.encoder import BertModel, init_weights
 
 IGNORE_INDEX = -100  # label of padded prediction slots (the transformers / PyTorch convention)
@@ -206,7 +207,7 @@ class BertForSequenceClassification(BertWithHead):
     def __init__(self, config: BertConfig, num_labels: int):
         super().__init__(config)
         self.num_labels = num_labels
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)  # transformers: classifier_dropout or this
+        self.dropout = Dropout(config.hidden_dropout_prob)  # transformers: classifier_dropout or this
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.init_weights()
 

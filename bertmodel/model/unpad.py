@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from bertmodel.errors import BertmodelError
+from bertmodel.model.dropout import attention
 
 KERNELS = ("repad", "jagged")
 MODES = ("auto", "on", "off")
@@ -92,7 +93,7 @@ class Packing:
             q = self.unpack(q).view(B, T, heads, D).transpose(1, 2)
         else:
             q = q.view(B, queries_per_seq, heads, D).transpose(1, 2)  # (B, A, Q, D)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, dropout_p=dropout_p)
+        y = attention(q, k, v, self.mask, dropout_p)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, T or Q, H)
         return self.pack(y) if queries_per_seq is None else y.reshape(-1, H)
 
