@@ -15,7 +15,9 @@ What differs on an object store, and how the build copes:
 - No advisory locks: two builds into one URL at once are not detected (`lock_for`).
 Credentials and endpoints come from the usual environment of each library (for S3:
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE, an
-instance role, AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL for an S3-compatible server).
+instance role, AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL for an S3-compatible server; for
+GCS: GOOGLE_APPLICATION_CREDENTIALS or the instance's service account, and
+STORAGE_EMULATOR_HOST for an emulator, as Google's own clients read it).
 Failures become one-line errors naming the URL (bertprep.storage_errors).
 """
 from __future__ import annotations
@@ -64,6 +66,12 @@ def _filesystem(scheme: str, authority: str):
     import pyarrow.fs as pafs
 
     uri = f"{scheme}://{authority}"
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST") if scheme in ("gs", "gcs") else None
+    if emulator:
+        # Google's clients (google-cloud-storage, gcsfs) send gs:// to this endpoint,
+        # unauthenticated, when it is set: a GCS emulator, or a gateway in front of one.
+        protocol, _, host = emulator.rpartition("://")
+        return pafs.GcsFileSystem(anonymous=True, scheme=protocol or "http", endpoint_override=host), authority
     try:
         fs, root = pafs.FileSystem.from_uri(uri)
         return fs, root.rstrip("/") if scheme in BUCKET_SCHEMES else ""
@@ -314,7 +322,14 @@ def rmtree(p, ignore_errors: bool = False) -> None:
             if not p.key:  # a bucket's root: empty it, never delete the bucket
                 p.fs.delete_dir_contents(p.fs_path, missing_dir_ok=True)
             elif p.fs.get_file_info(p.fs_path).type.name != "NotFound":
-                p.fs.delete_dir(p.fs_path)
+                try:
+                    p.fs.delete_dir(p.fs_path)
+                except FileNotFoundError:
+                    # pyarrow's GCS deletes the contents, then the "dir/" marker object,
+                    # and fails when a prefix never had one (its objects were written
+                    # directly): gone is what was asked, so only something left is an error.
+                    if p.fs.get_file_info(p.fs_path).type.name != "NotFound":
+                        raise
     except (OSError, BertprepError):
         if not ignore_errors:
             raise
