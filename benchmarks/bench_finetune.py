@@ -164,6 +164,11 @@ def run_isolated(side, model, train, dev, pair, seed, args, work) -> dict:
 def worker(spec: dict) -> None:
     import torch
 
+    # torch.optim imports torch._dynamo the first time an optimizer is made (1.5 s here);
+    # transformers' imports bring it in before the Trainer's clock starts, so import it
+    # for both: no run pays a first import (see the module docstring).
+    import torch._dynamo  # noqa: F401
+
     args = argparse.Namespace(**spec["args"])
     torch.set_num_threads(args.threads)
     if spec["side"] == "trainer" and args.trainer_keeps_memory:

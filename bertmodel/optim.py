@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
 import torch
@@ -122,6 +123,34 @@ def build_optimizer(model, name: str, lr: float, weight_decay: float, device: to
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     raise BertmodelError(f"unknown optimizer {name!r}; choose adamw or lamb")
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, params: list, max_norm: float) -> float:
+    """Clip the gradients' global L2 norm to max_norm (as `clip_grad_norm_`: scale by
+    max_norm / (norm + 1e-6) when that is below 1), then step, unless the norm is not
+    finite: then nothing changes. Returns the norm before clipping.
+
+    Fused AdamW takes the clipping into its kernel: its `grad_scale` input (the hook
+    GradScaler uses) divides each gradient as the kernel reads it, so the separate pass
+    that multiplies every gradient in place (4 ms a MiniLM step on 2 cores, 3% of a CoLA
+    step) is skipped. Dividing by 1/c rather than multiplying by c can differ in the last
+    bit of a gradient; runs stay exactly repeatable."""
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+    fused = isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults.get("fused")
+    if get_total_norm is None or not fused or math.isinf(max_norm):
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if math.isfinite(norm):
+            optimizer.step()
+        return norm
+    total = get_total_norm([p.grad for p in params if p.grad is not None])
+    norm = float(total)  # the step's one host sync, as with clip_grad_norm_
+    if math.isfinite(norm):
+        optimizer.grad_scale = (total + 1e-6).div(max_norm).clamp(min=1.0)  # 1 / clip_grad_norm_'s factor
+        try:
+            optimizer.step()
+        finally:
+            optimizer.grad_scale = None
+    return norm
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -238,7 +238,7 @@ def resume(shards, run):
 def test_pretrain_killed_mid_step_resumes_from_the_last_checkpoint(shards, straight, tmp_path):
     run = tmp_path / "run"
     # The 3rd gradient clip: step 3's backward is done, its optimizer step is not.
-    kill_at("torch.nn.utils:clip_grad_norm_", "model", pretrain_args(shards, run), tmp_path / "paused", after=2)
+    kill_at("bertmodel.training.loop:clip_and_step", "model", pretrain_args(shards, run), tmp_path / "paused", after=2)
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2]
     result = resume(shards, run)
     assert f"resuming from {run / 'checkpoints' / 'step-2'} (step 2, sample 4)" in result.output
@@ -263,7 +263,7 @@ def test_pretrain_sigterm_saves_then_resumes(shards, straight, tmp_path):
 
     run = tmp_path / "run"
     resume_flag = tmp_path / "resume"
-    proc = start_paused("torch.nn.utils:clip_grad_norm_", "model", pretrain_args(shards, run), tmp_path / "paused",
+    proc = start_paused("bertmodel.training.loop:clip_and_step", "model", pretrain_args(shards, run), tmp_path / "paused",
                         after=2, resume=resume_flag)
     try:
         proc.send_signal(signal.SIGTERM)

@@ -25,7 +25,7 @@ from bertmodel.data import BatchLoader
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import export_hf
 from bertmodel.metrics import MetricsWriter, peak_flops
-from bertmodel.optim import Schedule, set_lr
+from bertmodel.optim import Schedule, clip_and_step, set_lr
 from bertprep.progress import progress_bar
 
 BEST_FILE = "best.json"  # RUN/best.json: the step and metric of the model in RUN/hf
@@ -114,9 +114,9 @@ class Trainer:
             self.interval.tokens += batch.tokens
             self.interval.flops += self.task.flops(self.config, batch.tensors)
             self.cursor = batch.cursor
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_norm))  # the step's one sync
-        if math.isfinite(grad_norm):  # the norm is global under DDP, so every rank decides alike
-            self.optimizer.step()
+        # The norm is global under DDP, so every rank steps or skips alike.
+        grad_norm = clip_and_step(self.optimizer, self.params, self.max_norm)
+        if math.isfinite(grad_norm):
             self.bad_in_row = 0
         else:  # skip: weights and optimizer state stay as they were
             self.bad_in_row += 1

@@ -1,0 +1,76 @@
+"""optim.clip_and_step: clipping folded into fused AdamW's kernel is clip_grad_norm_ then
+step (to the last bit of a gradient), for every optimizer it serves; a non-finite norm
+changes nothing."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bertmodel.optim import Lamb, clip_and_step
+
+
+def _params(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(300, 40, generator=g)), torch.nn.Parameter(torch.randn(40, generator=g))]
+
+
+def _grads(step: int, scale: float):
+    g = torch.Generator().manual_seed(100 + step)
+    return [torch.randn(300, 40, generator=g) * scale, torch.randn(40, generator=g) * scale]
+
+
+def _make(kind: str, params):
+    if kind == "adamw-fused":
+        return torch.optim.AdamW(params, lr=1e-2, eps=1e-6, weight_decay=0.01, fused=True)
+    if kind == "adamw-foreach":
+        return torch.optim.AdamW(params, lr=1e-2, eps=1e-6, weight_decay=0.01, foreach=True)
+    return Lamb(params, lr=1e-2)
+
+
+def _fused_available() -> bool:
+    try:
+        _make("adamw-fused", _params(0)).step()
+        return True
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+@pytest.mark.parametrize("kind", ["adamw-fused", "adamw-foreach", "lamb"])
+@pytest.mark.parametrize("scale", [10.0, 1e-3])  # clipped every step / never clipped
+def test_the_same_steps_as_clip_grad_norm_then_step(kind, scale):
+    if kind == "adamw-fused" and not _fused_available():
+        pytest.skip("this torch build has no fused AdamW for the CPU")
+    ours, reference = _params(0), _params(0)
+    opt, ref_opt = _make(kind, ours), _make(kind, reference)
+    for step in range(4):
+        for p, g in zip(ours, _grads(step, scale)):
+            p.grad = g.clone()
+        for p, g in zip(reference, _grads(step, scale)):
+            p.grad = g.clone()
+        norm = clip_and_step(opt, ours, 1.0)
+        ref_norm = float(torch.nn.utils.clip_grad_norm_(reference, 1.0))
+        ref_opt.step()
+        assert norm == ref_norm
+        for a, b in zip(ours, reference):
+            if kind == "adamw-fused":  # dividing by 1/c, not multiplying by c: the last bit may differ
+                assert torch.allclose(a, b, rtol=0, atol=1e-6), float((a - b).abs().max())
+            else:
+                assert torch.equal(a, b)
+    if kind == "adamw-fused":
+        assert getattr(opt, "grad_scale", None) is None  # never left for a later step
+
+
+@pytest.mark.parametrize("kind", ["adamw-fused", "adamw-foreach"])
+def test_a_non_finite_norm_changes_nothing(kind):
+    if kind == "adamw-fused" and not _fused_available():
+        pytest.skip("this torch build has no fused AdamW for the CPU")
+    params = _params(1)
+    opt = _make(kind, params)
+    before = [p.detach().clone() for p in params]
+    for p, g in zip(params, _grads(0, 1.0)):
+        p.grad = g
+    params[1].grad[3] = math.nan
+    assert math.isnan(clip_and_step(opt, params, 1.0))
+    assert all(torch.equal(p, b) for p, b in zip(params, before)) and not opt.state
