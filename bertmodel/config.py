@@ -40,7 +40,7 @@ class BertConfig:
     hidden_dropout_prob: float = 0.1
     """Dropout after embeddings, attention output and feed-forward output."""
     attention_probs_dropout_prob: float = 0.1
-    """Dropout on attention probabilities (inside scaled_dot_product_attention)."""
+    """Dropout on attention probabilities (model/dropout.py: attention)."""
     max_position_embeddings: int = 512
     """Learned absolute positions; no batch may be longer than this."""
     type_vocab_size: int = 2

@@ -127,8 +127,9 @@ def build_optimizer(model, name: str, lr: float, weight_decay: float, device: to
 
 def clip_and_step(optimizer: torch.optim.Optimizer, params: list, max_norm: float) -> float:
     """Clip the gradients' global L2 norm to max_norm (as `clip_grad_norm_`: scale by
-    max_norm / (norm + 1e-6) when that is below 1), then step, unless the norm is not
-    finite: then nothing changes. Returns the norm before clipping.
+    max_norm / (norm + 1e-6) when that is below 1; max_norm inf: no clipping), then step,
+    unless the norm is not finite: then the weights and the optimizer state are left as
+    they were (the gradients need not be). Returns the norm before clipping.
 
     Fused AdamW takes the clipping into its kernel: its `grad_scale` input (the hook
     GradScaler uses) divides each gradient as the kernel reads it, so the separate pass
@@ -137,7 +138,7 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: list, max_norm: floa
     bit of a gradient; runs stay exactly repeatable."""
     get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
     fused = isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults.get("fused")
-    if get_total_norm is None or not fused or math.isinf(max_norm):
+    if get_total_norm is None or not fused:
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         if math.isfinite(norm):
             optimizer.step()

@@ -70,8 +70,11 @@ def _filesystem(scheme: str, authority: str):
     if emulator:
         # Google's clients (google-cloud-storage, gcsfs) send gs:// to this endpoint,
         # unauthenticated, when it is set: a GCS emulator, or a gateway in front of one.
-        protocol, _, host = emulator.rpartition("://")
-        return pafs.GcsFileSystem(anonymous=True, scheme=protocol or "http", endpoint_override=host), authority
+        protocol, _, host = emulator.rstrip("/").rpartition("://")
+        try:
+            return pafs.GcsFileSystem(anonymous=True, scheme=protocol or "http", endpoint_override=host), authority
+        except Exception as exc:  # e.g. a pyarrow built without GCS
+            raise BertprepError(f"{uri}: cannot use STORAGE_EMULATOR_HOST={emulator} ({one_line(exc)})") from None
     try:
         fs, root = pafs.FileSystem.from_uri(uri)
         return fs, root.rstrip("/") if scheme in BUCKET_SCHEMES else ""

@@ -1,6 +1,6 @@
 """optim.clip_and_step: clipping folded into fused AdamW's kernel is clip_grad_norm_ then
-step (to the last bit of a gradient), for every optimizer it serves; a non-finite norm
-changes nothing."""
+step (to the last bit of a gradient), for every optimizer it serves, also with clipping
+off; a non-finite norm leaves the weights and the optimizer state alone."""
 from __future__ import annotations
 
 import math
@@ -39,9 +39,18 @@ def _fused_available() -> bool:
 
 @pytest.mark.parametrize("kind", ["adamw-fused", "adamw-foreach", "lamb"])
 @pytest.mark.parametrize("scale", [10.0, 1e-3])  # clipped every step / never clipped
-def test_the_same_steps_as_clip_grad_norm_then_step(kind, scale):
+def test_the_same_steps_as_clip_grad_norm_then_step(kind, scale, monkeypatch):
     if kind == "adamw-fused" and not _fused_available():
         pytest.skip("this torch build has no fused AdamW for the CPU")
+    if kind == "adamw-fused" and hasattr(torch.nn.utils, "get_total_norm"):
+        reference_clip = torch.nn.utils.clip_grad_norm_
+
+        def refused(*a, **k):
+            raise AssertionError("the fused path multiplied the gradients itself")
+
+        monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", refused)  # what clip_and_step would call
+    else:
+        reference_clip = torch.nn.utils.clip_grad_norm_
     ours, reference = _params(0), _params(0)
     opt, ref_opt = _make(kind, ours), _make(kind, reference)
     for step in range(4):
@@ -50,7 +59,7 @@ def test_the_same_steps_as_clip_grad_norm_then_step(kind, scale):
         for p, g in zip(reference, _grads(step, scale)):
             p.grad = g.clone()
         norm = clip_and_step(opt, ours, 1.0)
-        ref_norm = float(torch.nn.utils.clip_grad_norm_(reference, 1.0))
+        ref_norm = float(reference_clip(reference, 1.0))
         ref_opt.step()
         assert norm == ref_norm
         for a, b in zip(ours, reference):
@@ -63,7 +72,7 @@ def test_the_same_steps_as_clip_grad_norm_then_step(kind, scale):
 
 
 @pytest.mark.parametrize("kind", ["adamw-fused", "adamw-foreach"])
-def test_a_non_finite_norm_changes_nothing(kind):
+def test_a_non_finite_norm_leaves_weights_and_optimizer_state_alone(kind):
     if kind == "adamw-fused" and not _fused_available():
         pytest.skip("this torch build has no fused AdamW for the CPU")
     params = _params(1)
@@ -74,3 +83,16 @@ def test_a_non_finite_norm_changes_nothing(kind):
     params[1].grad[3] = math.nan
     assert math.isnan(clip_and_step(opt, params, 1.0))
     assert all(torch.equal(p, b) for p, b in zip(params, before)) and not opt.state
+
+
+def test_clipping_off_is_a_plain_step():
+    kind = "adamw-fused" if _fused_available() else "adamw-foreach"
+    ours, reference = _params(2), _params(2)
+    opt, ref_opt = _make(kind, ours), _make(kind, reference)
+    for p, q, g in zip(ours, reference, _grads(0, 10.0)):
+        p.grad, q.grad = g.clone(), g.clone()
+    norm = clip_and_step(opt, ours, math.inf)
+    ref_opt.step()
+    expected = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in _grads(0, 10.0)])))
+    assert norm == pytest.approx(expected, rel=1e-6) and norm > 1.0  # reported, never applied
+    assert all(torch.equal(a, b) for a, b in zip(ours, reference))

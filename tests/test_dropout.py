@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertmodel.model.dropout import LANE_VALUES, attention, dropout
+from bertmodel.model.dropout import LANE_VALUES, Dropout, attention, dropout
 
 
 def _drawn_rate(p: float) -> float:
@@ -24,8 +24,8 @@ def test_each_lane_drops_at_the_rate_and_keeps_the_expectation(p):
     kept = y != 0
     # Kept values are exactly 1 / (1 - p'), so the expectation is the input's.
     assert torch.equal(y[kept], torch.full_like(y[kept], 1 / (1 - rate)))
-    # Element i comes from lane i % 4 of an int64 draw; the top lane's sign bit is always 0
-    # in random_(), so a lane-wise rate checks that the mask never reads that bit.
+    # Element i comes from lane i % 4 of an int64 draw below 2^62, whose top lane has only
+    # 14 uniform bits: a lane-wise rate checks that the mask reads only uniform bits.
     sd = math.sqrt(rate * (1 - rate) / (n // 4))
     for lane in range(4):
         dropped = float((~kept[lane::4]).double().mean())
@@ -105,3 +105,34 @@ def test_a_row_with_no_key_averages_the_values_instead_of_nan():
     out = attention(q, k, v, mask, dropout_p=1e-9)
     assert torch.isfinite(out).all()
     assert torch.allclose(out[2], v[2].mean(-2, keepdim=True).expand_as(out[2]), atol=1e-12)
+
+
+def test_a_rate_outside_0_1_is_refused_as_torch_refuses_it():
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        dropout(torch.ones(4), -0.1, True)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        Dropout(1.5)
+
+
+def test_half_precision_attention_computes_in_fp32_as_sdpa_does():
+    q, k, v, mask = _qkv_mask(5)
+    q, k, v = (t.detach().to(torch.bfloat16) for t in (q, k, v))
+    ours = attention(q, k, v, mask, dropout_p=1e-9)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert ours.dtype == torch.bfloat16
+    # SDPA's math path upcasts to fp32 and rounds once at the end: so must this one.
+    assert torch.equal(ours, ref) or (ours.float() - ref.float()).abs().max() <= 2 ** -8 * ref.float().abs().max()
+
+
+@pytest.mark.slow  # inductor compiles C++: a few seconds
+def test_compiled_with_inductor_s_own_random_numbers_the_rate_holds_on_every_lane():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: dropout(x, 0.1, True), dynamic=True)  # fallback_random off: the default
+    y = compiled(torch.ones(1 << 20))
+    rate = _drawn_rate(0.1)
+    sd = math.sqrt(rate * (1 - rate) / (1 << 18))
+    for lane in range(4):
+        assert abs(float((y[lane::4] == 0).double().mean()) - rate) < 5 * sd, lane
+    assert torch.equal(y[y != 0], torch.full_like(y[y != 0], 1 / (1 - rate)))

@@ -9,8 +9,8 @@ from int64 draws, four 16-bit lanes each, compared with a threshold: 3.2 ms per 
 fwd + bwd, the same measurement; the MiniLM step on MRPC took 0.88x its time with it
 (8 alternating rounds of 36 steps in one process).
 
-The rate is quantised to 1/65536 (a lane's 16 bits), so p = 0.1 drops 6554/65536 =
-0.100006 of the elements; the kept ones are scaled by 1 / (1 - that), so the expectation
+The rate is quantised to 1/16384 (14 bits of each lane), so p = 0.1 drops 1638/16384 =
+0.09998 of the elements; the kept ones are scaled by 1 / (1 - that), so the expectation
 is exactly the input's, as torch's is. The draws come from torch's default CPU
 generator, so `torch.manual_seed` and a saved RNG state replay them (resume stays
 bit-exact), and torch.compile traces them (with inductor's `fallback_random`, the very
@@ -25,28 +25,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LANE_VALUES = 1 << 16  # values of one 16-bit lane
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+LANE_VALUES = 1 << 14  # uniform values per 16-bit lane: its low 14 bits
+WORD_END = 1 << 62  # draws in [0, 2^62): lanes 0-2 all 16 bits uniform, lane 3 its low 14
 
 
-def keep_scale(shape, p: float, dtype: torch.dtype) -> torch.Tensor:
-    """A fresh CPU mask of `shape`: 0 where dropped, 1 / (1 - p') where kept, with
-    p' = round(p * 65536) / 65536 the rate actually drawn."""
-    n = math.prod(shape)
+def keep_scale(x: torch.Tensor, p: float) -> torch.Tensor:
+    """A fresh CPU mask like x: 0 where dropped, 1 / (1 - p') where kept, with
+    p' = round(p * 16384) / 16384 the rate actually drawn."""
+    n = x.numel()  # numel, not a product of sizes: a symbolic size under torch.compile
     threshold = round(p * LANE_VALUES)
-    # randint over the whole int64 range: all 64 bits uniform (random_() leaves the sign
-    # bit 0), and, unlike random_(), torch.compile traces it.
-    words = torch.randint(INT64_MIN, INT64_MAX, ((n + 3) // 4,), dtype=torch.int64)
-    keep = words.view(torch.int16)[:n] >= threshold - LANE_VALUES // 2  # signed lanes: P = 1 - p'
-    return keep.to(dtype).mul_(LANE_VALUES / (LANE_VALUES - threshold)).view(shape)
+    # randint, unlike random_(), is traced by torch.compile; its range stays below 2^63
+    # because inductor's own randint computes high - low in int64.
+    words = torch.randint(0, WORD_END, ((n + 3) // 4,), dtype=torch.int64)
+    keep = (words.view(torch.int16)[:n] & (LANE_VALUES - 1)) >= threshold  # P(keep) = 1 - p'
+    return keep.to(x.dtype).mul_(LANE_VALUES / (LANE_VALUES - threshold)).view(x.shape)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or round(p * LANE_VALUES) >= LANE_VALUES:
-        return F.dropout(x, p, True)  # p = 1 (all dropped) has no finite scale: torch's answer
-    return x * keep_scale(x.shape, p, x.dtype)
+        return F.dropout(x, p, True)  # p ~ 1 (all dropped) has no finite scale: torch's answer
+    return x * keep_scale(x, p)
 
 
 class Dropout(nn.Module):
@@ -54,6 +56,8 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float):
         super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -67,14 +71,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
               dropout_p: float) -> torch.Tensor:
     """`F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)`:
     q (B, A, Q, D), k and v (B, A, T, D), mask bool broadcastable to (B, A, Q, T), True =
-    may attend. With dropout on the CPU, the same math path SDPA takes there (scores,
-    softmax, dropout, values), with the mask above and a plain softmax: SDPA's math path
-    also runs a fully-masked-row check (an `all` and a `where` over every score, 1.3 ms a
-    layer at MiniLM/MRPC sizes). Here a masked score is the dtype's lowest value rather
-    than -inf, so a row with no key at all averages the values (as transformers' eager
-    attention does) instead of needing that check; a row with a key is unchanged."""
+    may attend. With dropout on the CPU, the math path SDPA takes there (scores, softmax,
+    dropout, values; in fp32 for half types, as SDPA computes them), with the mask above
+    and a plain softmax: SDPA's math path also runs a fully-masked-row check (an `all` and
+    a `where` over every score, 1.3 ms a layer at MiniLM/MRPC sizes). A masked score is
+    the dtype's lowest value rather than -inf, so a row with no key at all (which no
+    caller builds: every sequence has [CLS]) averages the values, where SDPA gives zeros;
+    a row with a key is the same."""
     if dropout_p == 0.0 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return attention(q.float(), k.float(), v.float(), mask, dropout_p).to(q.dtype)
     scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-2, -1))  # (B, A, Q, T)
     if mask is not None:
         scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)  # matmul keeps its inputs, not its output
