@@ -17,13 +17,17 @@ def losses(run) -> list[float]:
 
 
 @pytest.mark.slow  # inductor compiles C++ on CPU: about a minute on two cores
-def test_compiled_training_matches_eager(tmp_path, monkeypatch):
+def test_compiled_training_matches_eager(tmp_path, request):
     import torch._dynamo
     import torch._inductor.config
 
     # Inductor draws dropout masks from its own generator; its eager-RNG fallback makes
-    # the two runs' dropout identical, so the losses can be compared at 1e-5.
-    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+    # the two runs' dropout identical, so the losses can be compared at 1e-5. Set through
+    # the config's own patch(): monkeypatch's undo deletes a torch config entry, which
+    # breaks every later compile in this process.
+    patched = torch._inductor.config.patch(fallback_random=True)
+    patched.__enter__()
+    request.addfinalizer(lambda: patched.__exit__(None, None, None))
 
     # Short rows (10% drawn from 8..64) give batches of several padded lengths.
     shards = small_shard_dir(tmp_path / "small", rows=64, max_seq_length=64)
