@@ -15,17 +15,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 from bertprep.cli import main as prep_main
 from reliability_checks import PREP, invoke, kill_at, one_line_error
-from shard_fixtures import shard_bytes, write_corpus, write_vocab
+from shard_fixtures import shard_bytes
+from store_fixtures import OPTIONS, free_port, local_build, start_server
 
 pytest.importorskip("gcp_storage_emulator", reason="the GCS tests need gcp-storage-emulator (the test extra)")
 pafs = pytest.importorskip("pyarrow.fs")
@@ -34,33 +33,14 @@ if not hasattr(pafs, "GcsFileSystem"):
 
 from bertprep import storage  # noqa: E402
 
-OPTIONS = ["--partition-size", "24KB", "--num-shards", "3", "--dupe-factor", "2", "--engine", "tokenizers",
-           "--workers", "1", "--quiet"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def emulator():
     """The emulator in a process of its own, in memory; its host once it answers."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                                "--port", str(port), "--in-memory"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline or process.poll() is not None:
-                process.kill()
-                raise AssertionError("the GCS emulator did not start")
-            time.sleep(0.05)
+    process = start_server([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                            "--port", str(port), "--in-memory"], port, "the GCS emulator")
     yield f"http://127.0.0.1:{port}"
     process.kill()
     process.wait()
@@ -97,16 +77,7 @@ def download(fs, prefix: str, dest: pathlib.Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
-    base = tmp_path_factory.mktemp("local")
-    corpus_dir = base / "in"
-    corpus_dir.mkdir()
-    write_corpus(corpus_dir / "corpus.txt", documents=300, seed=4)
-    vocab = write_vocab(base / "vocab.txt")
-    out = base / "out"
-    result = invoke(prep_main, "build-shards", corpus_dir, "--tokenizer", vocab, "--out", out,
-                    "--cache-dir", base / "cache", *OPTIONS)
-    assert result.exit_code == 0, result.output
-    return {"in": corpus_dir, "vocab": vocab, "out": out, "files": shard_bytes(out)}
+    return local_build(tmp_path_factory.mktemp("local"))
 
 
 def upload_inputs(fs, name: str, local) -> str:

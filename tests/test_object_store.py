@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -23,47 +22,30 @@ import pytest
 
 from bertprep.cli import main as prep_main
 from reliability_checks import PREP, invoke, markers_written, one_line_error
-from shard_fixtures import shard_bytes, write_corpus, write_vocab
+from shard_fixtures import shard_bytes
+from store_fixtures import OPTIONS, free_port, local_build, start_server
 
 pytest.importorskip("moto.server", reason="the object-store tests need moto's server (pip install 'moto[server]')")
 boto3 = pytest.importorskip("boto3", reason="the object-store tests need boto3 (installed with moto)")
 
 from bertprep import storage  # noqa: E402
 
-OPTIONS = ["--partition-size", "24KB", "--num-shards", "3", "--dupe-factor", "2", "--engine", "tokenizers",
-           "--workers", "1", "--quiet"]
 # Tasks of one build: pairs and scatter per partition, one gather per shard.
 PARTITIONS, SHARDS = 8, 3
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(**env) -> tuple[subprocess.Popen, str]:
-    """moto's S3 server in a process of its own (in this one it would share the GIL with
-    the build); returns it and its endpoint once it accepts connections."""
+def start_s3_server(**env) -> tuple[subprocess.Popen, str]:
+    """moto's S3 server; returns it and its endpoint once it accepts connections."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
-    deadline = time.time() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server, f"http://127.0.0.1:{port}"
-        except OSError:
-            if time.time() > deadline or server.poll() is not None:
-                server.kill()
-                raise AssertionError("moto's server did not start")
-            time.sleep(0.05)
+    server = start_server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port,
+                          "moto's server", **env)
+    return server, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
 def server():
     """An S3 server for this module, and the environment that points a client at it."""
-    process, endpoint = start_server()
+    process, endpoint = start_s3_server()
     yield {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": endpoint}
     process.kill()
@@ -107,18 +89,10 @@ def download(client, prefix: str, dest: pathlib.Path) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     """The inputs, and the same build on local paths to compare with."""
-    base = tmp_path_factory.mktemp("local")
-    corpus_dir = base / "in"
-    corpus_dir.mkdir()
-    write_corpus(corpus_dir / "corpus.txt", documents=300, seed=4)
-    vocab = write_vocab(base / "vocab.txt")
-    out = base / "out"
-    result = invoke(prep_main, "build-shards", corpus_dir, "--tokenizer", vocab, "--out", out,
-                    "--cache-dir", base / "cache", *OPTIONS)
-    assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "manifest.json").read_text())
+    built = local_build(tmp_path_factory.mktemp("local"))
+    manifest = json.loads(built["files"]["manifest.json"])
     assert manifest["totals"]["partitions"] == PARTITIONS and len(manifest["shards"]) == SHARDS
-    return {"in": corpus_dir, "vocab": vocab, "out": out, "files": shard_bytes(out)}
+    return built
 
 
 # The CLI in a process that SIGKILLs itself at the call of MODULE:FUNCTION after AFTER
@@ -289,7 +263,7 @@ def test_an_unreachable_store_is_one_line(s3, local, monkeypatch):
 def test_credentials_the_store_refuses_are_one_line(local, tmp_path):
     """A second server that checks credentials (moto does when told to), and a key it
     does not know."""
-    server, endpoint = start_server(INITIAL_NO_AUTH_ACTION_COUNT="0")
+    server, endpoint = start_s3_server(INITIAL_NO_AUTH_ACTION_COUNT="0")
     try:
         client_env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIANOTAKEY", "AWS_SECRET_ACCESS_KEY": "wrong",
                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
