@@ -30,11 +30,17 @@ LANE_VALUES = 1 << 14  # uniform values per 16-bit lane: its low 14 bits
 WORD_END = 1 << 62  # draws in [0, 2^62): lanes 0-2 all 16 bits uniform, lane 3 its low 14
 
 
-def keep_scale(x: torch.Tensor, p: float) -> torch.Tensor:
+def lane_threshold(p: float) -> int:
+    """The rate p as a lane threshold: round(p * 16384), the rate drawn being that / 16384."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    return round(p * LANE_VALUES)
+
+
+def keep_scale(x: torch.Tensor, threshold: int) -> torch.Tensor:
     """A fresh CPU mask like x: 0 where dropped, 1 / (1 - p') where kept, with
-    p' = round(p * 16384) / 16384 the rate actually drawn."""
+    p' = threshold / 16384 the rate actually drawn."""
     n = x.numel()  # numel, not a product of sizes: a symbolic size under torch.compile
-    threshold = round(p * LANE_VALUES)
     # randint, unlike random_(), is traced by torch.compile; its range stays below 2^63
     # because inductor's own randint computes high - low in int64.
     words = torch.randint(0, WORD_END, ((n + 3) // 4,), dtype=torch.int64)
@@ -43,13 +49,12 @@ def keep_scale(x: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    threshold = lane_threshold(p)
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or round(p * LANE_VALUES) >= LANE_VALUES:
+    if x.device.type != "cpu" or threshold >= LANE_VALUES:
         return F.dropout(x, p, True)  # p ~ 1 (all dropped) has no finite scale: torch's answer
-    return x * keep_scale(x, p)
+    return x * keep_scale(x, threshold)
 
 
 class Dropout(nn.Module):
@@ -57,8 +62,7 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float):
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        lane_threshold(p)  # a rate outside [0, 1] is refused here, as nn.Dropout does
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
