@@ -13,7 +13,9 @@ Cases (one batch each, built the same way in every process from fixed seeds):
 Variants: ours (padded, eager), unpad (--unpad on), compile (torch.compile, inductor),
 hf (transformers' class, same weights, the same batch; MLM labels over the whole
 sequence, -100 except at the masked positions, as its BertForPreTraining requires),
-hf-keep (the same, in a process with our heap setting). Our variants run as `bertmodel`
+hf-keep (the same, in a process with our heap setting), torch-mm (what `--unpad auto`
+runs, with every fp32 linear on torch's own matmul, MKL, instead of oneDNN: see
+bertmodel/model/linear.py). Our variants run as `bertmodel`
 trains on a CPU: with glibc told to keep freed blocks for reuse (bertmodel/host_memory.py:
 a step's large gradients are otherwise page-faulted in afresh every step); hf runs as a
 transformers user's process does, with glibc's defaults, and hf-keep shows how much of
@@ -60,6 +62,7 @@ from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.host_memory import keep_freed_memory
 from bertmodel.model import BertForPreTraining, BertForSequenceClassification
+from bertmodel.model.linear import set_cpu_matmul
 from bertmodel.model.unpad import resolve as resolve_unpad
 from bertmodel.model.unpad import set_unpad
 from bertmodel.optim import build_optimizer
@@ -67,9 +70,9 @@ from bertmodel.testing import SHARED, build_corpus_shards, wiki_to_reference_lay
 
 # case -> (head, preset, batch, shards' max_seq_length, variants)
 CASES = {
-    "base-128": ("pretrain", "base", 8, 128, ("ours", "unpad", "hf", "hf-keep")),
-    "mini-128": ("pretrain", "mini", 16, 128, ("ours", "compile", "unpad", "hf", "hf-keep")),
-    "sst2-cls": ("classify", "base", 32, 128, ("ours", "unpad", "hf", "hf-keep")),
+    "base-128": ("pretrain", "base", 8, 128, ("ours", "unpad", "torch-mm", "hf", "hf-keep")),
+    "mini-128": ("pretrain", "mini", 16, 128, ("ours", "compile", "unpad", "torch-mm", "hf", "hf-keep")),
+    "sst2-cls": ("classify", "base", 32, 128, ("ours", "unpad", "torch-mm", "hf", "hf-keep")),
     "base-512": ("pretrain", "base", 4, 512, ("ours", "unpad")),
 }
 TARGETS = {"base-128": 0.6, "mini-128": 0.35, "sst2-cls": 0.5}
@@ -165,10 +168,21 @@ def make_step(case: str, variant: str, b: dict, vocab_size: int):
     if variant in ("hf", "hf-keep"):
         hf = hf_twin(ours, head)
         return stepper(hf, hf, hf_pretrain_inputs(b) if head == "pretrain" else b)
-    if variant == "unpad":
+    if variant == "unpad" or (variant == "torch-mm" and auto_variant(case) == "unpad"):
         set_unpad(ours, "repad")
     forward = parallel.wrap(ours, parallel.Dist(), compile=True) if variant == "compile" else ours
-    return stepper(ours, forward, b)
+    step = stepper(ours, forward, b)
+    if variant != "torch-mm":
+        return step
+
+    def step_on_torch_matmul() -> float:  # the choice is global: set only around this step
+        previous = set_cpu_matmul("torch")
+        try:
+            return step()
+        finally:
+            set_cpu_matmul(previous)
+
+    return step_on_torch_matmul
 
 
 def worker(args) -> int:
@@ -246,6 +260,8 @@ def report(case: str, method: str, times: dict, load: float) -> None:
     for variant in ("unpad", "compile"):
         if variant in med:
             ratios.append(f"{variant}/ours {med[variant] / med['ours']:.2f}")
+    if "torch-mm" in med:
+        ratios.append(f"{auto_variant(case)}/torch-mm {med[auto_variant(case)] / med['torch-mm']:.2f} (oneDNN linears)")
     print(f"  {'':<13}           " + ", ".join(ratios))
 
 
@@ -276,7 +292,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="timed steps per variant and round (after warm-up)")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the variants")
     ap.add_argument("--methods", nargs="+", default=["isolated", "same-process"], choices=["isolated", "same-process"])
-    ap.add_argument("--worker", choices=["ours", "unpad", "compile", "hf", "hf-keep"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["ours", "unpad", "compile", "torch-mm", "hf", "hf-keep"], help=argparse.SUPPRESS)
     ap.add_argument("--shards", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     args = ap.parse_args(argv)

@@ -21,6 +21,7 @@ from torch import nn
 
 from bertmodel.config import BertConfig
 from bertmodel.model.dropout import Dropout, attention
+from bertmodel.model.linear import Linear, linear
 from bertmodel.model.unpad import Packing
 
 class Embeddings(nn.Module):
@@ -49,9 +50,9 @@ class SelfAttention(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         H = config.hidden_size
-        self.query = nn.Linear(H, H)
-        self.key = nn.Linear(H, H)
-        self.value = nn.Linear(H, H)
+        self.query = Linear(H, H)
+        self.key = Linear(H, H)
+        self.value = Linear(H, H)
 
 
 class DenseLayerNorm(nn.Module):
@@ -59,7 +60,7 @@ class DenseLayerNorm(nn.Module):
 
     def __init__(self, in_features: int, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.dense = Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
@@ -87,12 +88,12 @@ class Attention(nn.Module):
         if xq is None:  # one (3H, H) projection instead of three
             weight = torch.cat([s.query.weight, s.key.weight, s.value.weight])
             bias = torch.cat([s.query.bias, s.key.bias, s.value.bias])
-            q, k, v = F.linear(x, weight, bias).view(B, T, 3, A, D).permute(2, 0, 3, 1, 4).unbind(0)
+            q, k, v = linear(x, weight, bias).view(B, T, 3, A, D).permute(2, 0, 3, 1, 4).unbind(0)
             xq = x
         else:
             weight = torch.cat([s.key.weight, s.value.weight])
             bias = torch.cat([s.key.bias, s.value.bias])
-            k, v = F.linear(x, weight, bias).view(B, T, 2, A, D).permute(2, 0, 3, 1, 4).unbind(0)
+            k, v = linear(x, weight, bias).view(B, T, 2, A, D).permute(2, 0, 3, 1, 4).unbind(0)
             q = s.query(xq).view(B, -1, A, D).transpose(1, 2)
         # q (B, A, Q, D), k and v (B, A, T, D); mask (B, 1, 1, T) broadcasts over heads and queries
         y = attention(q, k, v, mask, self.dropout_p if self.training else 0.0)
@@ -105,10 +106,10 @@ class Attention(nn.Module):
         if xq is None:
             weight = torch.cat([s.query.weight, s.key.weight, s.value.weight])
             bias = torch.cat([s.query.bias, s.key.bias, s.value.bias])
-            q, k, v = F.linear(x, weight, bias).split(H, dim=-1)  # (N, H) each
+            q, k, v = linear(x, weight, bias).split(H, dim=-1)  # (N, H) each
             return self.output(packing.attend(q, k, v, self.num_heads, dropout_p), x)
         B, Q, _ = xq.shape
-        k, v = F.linear(x, torch.cat([s.key.weight, s.value.weight]),
+        k, v = linear(x, torch.cat([s.key.weight, s.value.weight]),
                         torch.cat([s.key.bias, s.value.bias])).split(H, dim=-1)
         y = packing.attend(s.query(xq).reshape(B * Q, H), k, v, self.num_heads, dropout_p, queries_per_seq=Q)
         return self.output(y.view(B, Q, H), xq)
@@ -117,7 +118,7 @@ class Attention(nn.Module):
 class Intermediate(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dense = Linear(config.hidden_size, config.intermediate_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(self.dense(x))  # exact erf GELU, transformers' "gelu"
@@ -163,7 +164,7 @@ class Encoder(nn.Module):
 class Pooler(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(x[:, 0]))  # the [CLS] state -> (B, H)

@@ -24,6 +24,7 @@ from torch import nn
 from bertmodel.config import BertConfig
 from bertmodel.model.dropout import Dropout
 from bertmodel.model.encoder import BertModel, init_weights
+from bertmodel.model.linear import Linear
 
 IGNORE_INDEX = -100  # label of padded prediction slots (the transformers / PyTorch convention)
 
@@ -50,7 +51,7 @@ class QuestionAnsweringOutput(NamedTuple):
 class PredictionHeadTransform(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +64,7 @@ class LMPredictionHead(nn.Module):
         self.transform = PredictionHeadTransform(config)
         # The decoder's weight is tied to the word embeddings and its bias is `bias`
         # (BertForPreTraining._tied_weights_keys); both are set by the parent.
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.decoder = Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
