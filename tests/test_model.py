@@ -232,3 +232,28 @@ def test_lamb_matches_a_plain_implementation():
         u = (m / (1 - 0.9 ** step)) / ((v / (1 - 0.999 ** step)).sqrt() + 1e-6) + 0.01 * ref
         ref = ref - 0.1 * (ref.norm() / u.norm()) * u
     torch.testing.assert_close(p.detach(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_masks_only_batches_with_padding(monkeypatch):
+    """A batch without padding attends with no mask (no masked_fill over the scores); one
+    with padding still gets its mask, and a padded key still changes nothing."""
+    from bertmodel.model import encoder
+
+    V = 300
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=V))  # training: our math attention
+    seen = []
+    real_attention = encoder.attention
+    monkeypatch.setattr(encoder, "attention", lambda q, k, v, mask, p: seen.append(mask) or real_attention(q, k, v, mask, p))
+    b = batch(V=V)
+    full = {**b, "attention_mask": torch.ones_like(b["attention_mask"])}
+    model(**full)
+    assert len(seen) == 2 and all(m is None for m in seen)
+    seen.clear()
+    model(**b)
+    assert len(seen) == 2 and all(m is not None and not bool(m.all()) for m in seen)
+    # and without padding the result is that of the masked path (eval: no dropout)
+    model.eval()
+    monkeypatch.setattr(encoder, "_attends_everywhere", lambda m: m is None)
+    masked = model(**full).mlm_logits
+    monkeypatch.undo()
+    torch.testing.assert_close(model(**full).mlm_logits, masked, rtol=0, atol=1e-6)
