@@ -191,6 +191,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
                 masking=config.masking_config(),
                 engine=config.engine,
                 corpus=spec,
+                partition_bytes=config.partition_bytes,
             )
             partition_plan = plan_partitions(spec, config.partition_bytes)
             executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
@@ -247,33 +248,32 @@ def _inputs_label(spec: CorpusSpec) -> str:
 
 def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict], ReadStats]:
     """Every planned partition read, tokenized and paired by its own task; the
-    partitions' results in plan order and the corpus's read statistics."""
+    corpus's read statistics, and the partitions from here on: every part of every
+    planned partition (one, unless it was cut while read), numbered in plan order."""
     if not plan:
         raise no_text_error(spec)
     calls = [PairTask(ctx, p) for p in plan]  # small descriptors: the tasks read the text
-    results = []
-    for result in executor.map(pair_partition, calls, _pair_cost(config)):
-        results.append(result)
-        if result["mismatches"]:
+    results = sorted(executor.map(pair_partition, calls, _pair_cost(config)), key=lambda r: r["index"])
+    partitions = [{"index": index, **part}
+                  for index, part in enumerate(part for result in results for part in result["parts"])]
+    for partition in partitions:
+        if partition["mismatches"]:
             warnings.append(
-                f"partition {result['index']}: nanotoken differed from tokenizers on "
-                f"{result['mismatches']} sampled sentences; encoded it with tokenizers"
+                f"partition {partition['index']}: nanotoken differed from tokenizers on "
+                f"{partition['mismatches']} sampled sentences; encoded it with tokenizers"
             )
-    results.sort(key=lambda r: r["index"])
     read_stats = merge_read_stats(part for r in results for part in r["read"])
     if read_stats.documents == 0:
         raise no_text_error(spec)
-    total_docs = sum(r["documents"] for r in results)
-    if sum(r["tokens"] for r in results) == 0:
+    total_docs = sum(p["documents"] for p in partitions)
+    if sum(p["tokens"] for p in partitions) == 0:
         raise BertprepError(f"{_inputs_label(spec)}: no text found")
     if total_docs < 2:
         hint = ("in --sentences prose a document is a file: give several, or cut them with --document-separator"
                 if spec.sentences == "prose" else
                 "separate documents with a blank line, or use --sentences split for a document per line")
         raise BertprepError(f"{_inputs_label(spec)}: NSP needs at least two documents, found {total_docs} ({hint})")
-    for result in results:
-        del result["read"], result["pieces"]  # in the markers; the manifest needs neither
-    return results, read_stats
+    return partitions, read_stats
 
 
 def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partitions: list[dict]) -> list[str]:
@@ -297,7 +297,7 @@ def _scatter_stage(ctx, config, partitions, num_shards, executor) -> dict:
             running += p["rows_per_pass"][dupe]
     calls = [
         ScatterTask(ctx, p["index"], p["text_hash"], tuple(offsets[(p["index"], d)] for d in range(ctx.dupe_factor)),
-                    num_shards)
+                    num_shards, p["pairs_file"])
         for p in partitions
     ]
     return merge_stats(list(executor.map(scatter_partition, calls, _scatter_cost(config))))

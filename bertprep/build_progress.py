@@ -29,7 +29,7 @@ class TrackedExecutor:
         self.num_shards, self.shard_rows = num_shards, shard_rows
         self.expected_text_bytes = expected_text_bytes
         partitions = math.ceil(expected_text_bytes / partition_bytes) if expected_text_bytes else None
-        self._rows = self._pair_bytes = 0
+        self._rows = self._pair_bytes = self._parts = 0
         progress.expect(STAGES["pair_partition"], partitions)
         progress.expect(STAGES["scatter_partition"], partitions)
         progress.expect(STAGES["gather_shard"], num_shards)
@@ -54,8 +54,8 @@ class TrackedExecutor:
             self.progress.task_done(self._read(stage, result))
             yield result
         self.progress.expect(stage, finished)  # a lazy list's real length
-        if stage == STAGES["pair_partition"]:
-            self.progress.expect(STAGES["scatter_partition"], finished)
+        if stage == STAGES["pair_partition"]:  # a partition cut while read scatters each part
+            self.progress.expect(STAGES["scatter_partition"], self._parts)
 
     def _read(self, stage: str, result: dict) -> int:
         """The input text a finished task read (the pair tasks read it all, once), and
@@ -64,6 +64,7 @@ class TrackedExecutor:
             return 0
         self._pair_bytes += result["text_bytes"]
         self._rows += sum(result["rows_per_pass"])
+        self._parts += len(result["parts"])
         if self.num_shards is None and self.expected_text_bytes and self._pair_bytes:
             rows = self._rows / self._pair_bytes * max(self.expected_text_bytes, self._pair_bytes)
             self.progress.expect(STAGES["gather_shard"], max(1, math.ceil(rows / self.shard_rows)))

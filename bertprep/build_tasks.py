@@ -1,7 +1,9 @@
 """The three task kinds of build-shards, as pure functions of their arguments.
 
 1. `pair_partition`    tokenize a partition (or load it from the cache) and build the
-                       NSP descriptors of every dupe pass -> work/pairs-P.npz
+                       NSP descriptors of every dupe pass -> work/pairs-P.npz (a
+                       partition of unknown size, cut while read: pairs-P[-J].npz,
+                       one per part, each a partition of its own from stage 2 on)
 2. `scatter_partition` turn descriptors into masked rows and scatter them into
                        per-shard record batches -> work/scatter-P.arrow
 3. `gather_shard`      collect one shard's batches from every partition, shuffle,
@@ -36,7 +38,7 @@ from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
 from bertprep.corpus import CorpusSpec
 from bertprep.fingerprints import fingerprint_source
 from bertprep.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
-from bertprep.plan import PartitionPlan, read_partition
+from bertprep.plan import PartitionPlan, cut_while_reading, iter_partition_documents
 from bertprep.prose import vocabulary_lookup
 from bertprep.rows import build_rows
 from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
@@ -59,6 +61,7 @@ class TaskContext:
     masking: MaskingConfig
     engine: str  # "auto" | "nanotoken" | "tokenizers"
     corpus: CorpusSpec  # how to read the inputs (the pair tasks read their own pieces)
+    partition_bytes: int  # the plan's target: the part size of a partition cut while read
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,11 @@ class ScatterTask:
     """Stage 2: mask one partition's pairs and scatter its rows over the shards."""
 
     ctx: TaskContext
-    index: int
+    index: int  # in the order of all parts of all partitions (= the plan's when none is cut)
     text_hash: str
     pass_offsets: tuple[int, ...]  # global row offset of each dupe pass of this partition
     num_shards: int
+    pairs_file: str  # in the work directory, as the pair task named it
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,11 @@ def fingerprint_input(task: FingerprintTask) -> tuple[int, dict]:
 
 
 def pair_partition(task: PairTask) -> dict:
+    """Read, tokenize and pair one planned partition. A partition of a size not known
+    when planning (a whole compressed file, a streamed dataset) is cut as it is read,
+    at document boundaries, into parts of about --partition-size (plan.cut_while_reading):
+    each part is tokenized, cached and paired alone, so the task holds one part at a
+    time, not the file. Its result lists the parts; the totals are theirs summed."""
     ctx, partition = task.ctx, task.partition
     marker = _work(ctx, f"pairs-{partition.index:06d}.json")
     done = _read_marker(marker)
@@ -163,12 +172,35 @@ def pair_partition(task: PairTask) -> dict:
     # Finished by an earlier, interrupted run of this plan, and its tokens are still
     # cached (a later stage reads them; a cleaned or different cache means reading and
     # tokenizing again).
-    if (done is not None and done.get("pieces") == partition.descriptor()
-            and cache.has(done["text_hash"], ctx.tokenizer_fingerprint)):
+    if (done is not None and done.get("pieces") == partition.descriptor() and "parts" in done
+            and all(cache.has(part["text_hash"], ctx.tokenizer_fingerprint) for part in done["parts"])):
         return done
     tok, encoder = _tokenizer(ctx, need_encoder=True)
     known_word = vocabulary_lookup(tok) if ctx.corpus.sentences == "prose" else None
-    documents, read = read_partition(partition, ctx.corpus, known_word)
+    read: list[dict] = []
+    documents = iter_partition_documents(partition, ctx.corpus, read, known_word)
+    limit = None if partition.sized else ctx.partition_bytes
+    parts = [_pair_part(ctx, partition.index, number, part_documents, cache, tok, encoder)
+             for number, part_documents in enumerate(cut_while_reading(documents, limit))]
+    result = {
+        "index": partition.index,
+        "pieces": partition.descriptor(),  # what was read: this marker belongs to this plan only
+        "planned_bytes": partition.size,
+        "read": read,  # the corpus read statistics of each piece, merged by the driver
+        "text_bytes": sum(part["text_bytes"] for part in parts),
+        "rows_per_pass": [sum(counts) for counts in zip(*(part["rows_per_pass"] for part in parts))],
+        "parts": parts,
+    }
+    write_json_atomic(marker, result, fsync=False)
+    return result
+
+
+def _pair_part(ctx: TaskContext, index: int, number: int, documents: list[list[str]], cache: TokenCache,
+               tok, encoder) -> dict:
+    """Tokenize (or load from the cache) and pair part `number` of partition `index`.
+    Part 0 is named and seeded as an uncut partition is, so cutting changes nothing for
+    a partition that fits in one part."""
+    name = f"pairs-{index:06d}" + (f"-{number:04d}" if number else "")
     text_hash, num_bytes = hash_documents(documents), text_bytes(documents)
     part = cache.load(text_hash, ctx.tokenizer_fingerprint)
     engine, mismatches, cached = "cache", 0, part is not None
@@ -182,16 +214,14 @@ def pair_partition(task: PairTask) -> dict:
     counts = []
     chunks = {"chunks": 0, "single_sentence_chunks": 0}
     for dupe in range(ctx.dupe_factor):
-        rng = random.Random(stream_seed(ctx.seed, "pairs", partition.index, dupe))
+        where = (index, dupe) if number == 0 else (index, number, dupe)
+        rng = random.Random(stream_seed(ctx.seed, "pairs", *where))
         pairs = build_instances(part, ctx.pairs, rng, chunks)
         passes[f"pass_{dupe}"] = pairs
         counts.append(len(pairs))
-    _save_npz(_work(ctx, f"pairs-{partition.index:06d}.npz"), passes)
-    result = {
-        "index": partition.index,
-        "pieces": partition.descriptor(),  # what was read: this marker belongs to this plan only
-        "planned_bytes": partition.size,
-        "read": read,  # the corpus read statistics of each piece, merged by the driver
+    _save_npz(_work(ctx, f"{name}.npz"), passes)
+    return {
+        "pairs_file": f"{name}.npz",
         "text_hash": text_hash,
         "text_bytes": num_bytes,
         "documents": part.num_documents,
@@ -203,8 +233,6 @@ def pair_partition(task: PairTask) -> dict:
         "cached": cached,
         "mismatches": mismatches,
     }
-    write_json_atomic(marker, result, fsync=False)
-    return result
 
 
 def _save_npz(path, arrays: dict) -> None:
@@ -251,7 +279,7 @@ def scatter_partition(task: ScatterTask) -> dict:
         raise RuntimeError(f"tokenized partition {index} vanished from the cache {ctx.cache_dir}")
     stats = _empty_stats(ctx.pairs.max_seq_length)
     per_shard: list[list[pa.RecordBatch]] = [[] for _ in range(num_shards)]
-    with storage.open_whole(_work(ctx, f"pairs-{index:06d}.npz")) as file, np.load(file) as saved:
+    with storage.open_whole(_work(ctx, task.pairs_file)) as file, np.load(file) as saved:
         for dupe in range(ctx.dupe_factor):
             pairs = saved[f"pass_{dupe}"]
             rng = np.random.default_rng(stream_seed(ctx.seed, "mask", index, dupe))

@@ -12,7 +12,11 @@ on any executor, worker count or cluster (DESIGN.md, "Determinism and scale").
 Inputs that cannot be cut are planned whole, one piece each (packed with their
 neighbours when small): compressed files (a stream cannot be entered in the middle), a
 dataset by name (streamed), and `--sentences prose` text without `--document-separator`
-(a file is one document there). Their task's memory follows the input's size.
+(a file is one document there). The first two are of a size not known when planning (a
+piece without an end): their task cuts what it reads into parts of about the
+partition's size, at document boundaries, as it reads (`cut_while_reading`), so its
+memory stays that of one partition however large the file; a prose file is one
+document, read by one task.
 """
 from __future__ import annotations
 
@@ -57,6 +61,12 @@ class PartitionPlan:
     def descriptor(self) -> dict:
         """As JSON holds it: what a pair marker records, to be reused only by this plan."""
         return {"index": self.index, "pieces": [asdict(p) for p in self.pieces]}
+
+    @property
+    def sized(self) -> bool:
+        """Whether every piece's extent was known when planning (not a whole compressed
+        file or a streamed dataset, whose text can be any multiple of its planned size)."""
+        return all(p.end is not None for p in self.pieces)
 
 
 class _Packer:
@@ -183,16 +193,47 @@ def _parquet_pieces(path, where: dict, spec: CorpusSpec, packer: _Packer) -> Ite
 # ---------------------------------------------------------------- in the pair task
 
 
+def iter_partition_documents(partition: PartitionPlan, spec: CorpusSpec, counts: list[dict],
+                             known_word: KnownWord | None = None) -> Iterator[list[str]]:
+    """The documents of one planned partition, as they are read; the read counts of
+    each piece are appended to `counts` once that piece is read to its end."""
+    for piece in partition.pieces:
+        stats = ReadStats()
+        yield from iter_piece_documents(piece, spec, stats, known_word)
+        counts.append({"name": piece.name, **{key: getattr(stats, key) for key in COUNTED}})
+
+
 def read_partition(partition: PartitionPlan, spec: CorpusSpec, known_word: KnownWord | None = None
                    ) -> tuple[list[list[str]], list[dict]]:
     """(documents, the read counts of each piece) of one planned partition."""
-    documents: list[list[str]] = []
-    counts = []
-    for piece in partition.pieces:
-        stats = ReadStats()
-        documents.extend(iter_piece_documents(piece, spec, stats, known_word))
-        counts.append({"name": piece.name, **{key: getattr(stats, key) for key in COUNTED}})
-    return documents, counts
+    counts: list[dict] = []
+    return list(iter_partition_documents(partition, spec, counts, known_word)), counts
+
+
+def cut_while_reading(documents: Iterable[list[str]], limit: int | None) -> Iterator[list[list[str]]]:
+    """The documents in consecutive parts, each closed by the first document that brings
+    it to `limit` characters; a last part under a quarter of that joins the one before
+    (as the planner joins a small tail). limit None: one part, all of them. Always at
+    least one part (empty when there are no documents); at most a part and a quarter
+    is held at a time."""
+    if limit is None:
+        yield list(documents)
+        return
+    held: list[list[str]] | None = None  # a full part, kept until the next one is a quarter full
+    current: list[list[str]] = []
+    size, parts = 0, 0
+    for document in documents:
+        current.append(document)
+        size += sum(map(len, document))
+        if held is not None and size >= limit // 4:
+            yield held
+            held, parts = None, parts + 1
+        if size >= limit:
+            held, current, size = current, [], 0
+    if held is not None:
+        yield held + current
+    elif current or not parts:
+        yield current
 
 
 def merge_read_stats(parts: Iterable[dict]) -> ReadStats:

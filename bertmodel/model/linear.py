@@ -38,12 +38,20 @@ if _choice not in CHOICES:
 
 
 def _onednn_linear_op():
-    """oneDNN's linear, or None in a torch built without it."""
+    """oneDNN's linear, or None in a torch built without it. The op is internal to
+    torch, so it is also tried once on small tensors, the way the backward calls it (a
+    transposed weight view), and left alone if it fails or disagrees with F.linear in
+    this torch version."""
     try:
         if not torch.backends.mkldnn.is_available():
             return None
-        return torch.ops.mkldnn._linear_pointwise.default
-    except (AttributeError, RuntimeError):
+        op = torch.ops.mkldnn._linear_pointwise.default
+        x, w, b = (torch.arange(n, dtype=torch.float32).reshape(shape) / n
+                   for n, shape in ((12, (3, 4)), (20, (5, 4)), (5, (5,))))
+        works = (torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-5)
+                 and torch.allclose(op(x @ w.t(), w.t(), None, "none", [], ""), (x @ w.t()) @ w, atol=1e-5))
+        return op if works else None
+    except (AttributeError, RuntimeError, NotImplementedError):
         return None
 
 
