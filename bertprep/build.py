@@ -114,10 +114,19 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
     return result
 
 
+# The layout of OUT.partial/work (names and contents of the task markers and files).
+# Raised whenever it changes, so an unfinished build left by an older bertprep is
+# started again rather than resumed from work laid out differently. 2: a partition of
+# unknown size is cut while read, so stage 2 numbers its parts, not the plan's
+# partitions.
+WORK_LAYOUT = 2
+
+
 def _plan(spec: CorpusSpec, inputs: list[dict], tok, config: BuildConfig) -> dict:
     """What the work in OUT.partial was made from. The inputs' content hashes are part
     of it, so work left from an input that has since changed is never reused."""
     return {
+        "work_layout": WORK_LAYOUT,
         "format_version": schema.FORMAT_VERSION,
         "options": config.output_options(),
         "corpus": asdict(spec),

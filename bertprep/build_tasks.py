@@ -180,8 +180,11 @@ def pair_partition(task: PairTask) -> dict:
     read: list[dict] = []
     documents = iter_partition_documents(partition, ctx.corpus, read, known_word)
     limit = None if partition.sized else ctx.partition_bytes
-    parts = [_pair_part(ctx, partition.index, number, part_documents, cache, tok, encoder)
-             for number, part_documents in enumerate(cut_while_reading(documents, limit))]
+    parts: list[dict] = []
+    # A plain loop, no enumerate: its reused tuple would keep the previous part's text
+    # alive while the next one is read (_pair_part clears each part once tokenized).
+    for part_documents in cut_while_reading(documents, limit):
+        parts.append(_pair_part(ctx, partition.index, len(parts), part_documents, cache, tok, encoder))
     result = {
         "index": partition.index,
         "pieces": partition.descriptor(),  # what was read: this marker belongs to this plan only
@@ -209,7 +212,7 @@ def _pair_part(ctx: TaskContext, index: int, number: int, documents: list[list[s
         part.ids = part.ids.astype(id_dtype(tok.vocab_size))
         engine, mismatches = encoded.engine, encoded.mismatches
         cache.save(text_hash, ctx.tokenizer_fingerprint, part)
-    del documents  # the tokens are all later steps need
+    documents.clear()  # the tokens are all later steps need; the caller's list is this one
     passes = {}
     counts = []
     chunks = {"chunks": 0, "single_sentence_chunks": 0}

@@ -212,10 +212,15 @@ def read_partition(partition: PartitionPlan, spec: CorpusSpec, known_word: Known
 
 def cut_while_reading(documents: Iterable[list[str]], limit: int | None) -> Iterator[list[list[str]]]:
     """The documents in consecutive parts, each closed by the first document that brings
-    it to `limit` characters; a last part under a quarter of that joins the one before
-    (as the planner joins a small tail). limit None: one part, all of them. Always at
-    least one part (empty when there are no documents); at most a part and a quarter
-    is held at a time."""
+    it to `limit` bytes (UTF-8 and a newline per sentence, as `partitions.text_bytes`
+    counts a partition); a last part under a quarter of that joins the one before (as
+    the planner joins a small tail). limit None: one part, all of them. Always at least
+    one part (empty when there are no documents).
+
+    Memory: a part is handed over, not kept: once the consumer has dropped (or cleared)
+    it, only the next part's first quarter is held while the consumer works, i.e. a
+    part and a quarter of text at most. (Each yield hands out a value no local here
+    still names.)"""
     if limit is None:
         yield list(documents)
         return
@@ -224,16 +229,19 @@ def cut_while_reading(documents: Iterable[list[str]], limit: int | None) -> Iter
     size, parts = 0, 0
     for document in documents:
         current.append(document)
-        size += sum(map(len, document))
+        size += sum(len(s.encode("utf-8", "surrogatepass")) + 1 for s in document)
         if held is not None and size >= limit // 4:
-            yield held
-            held, parts = None, parts + 1
+            handed, held, parts = [held], None, parts + 1
+            yield handed.pop()
         if size >= limit:
             held, current, size = current, [], 0
+    document = None  # the loop's last document belongs to the last part: not kept either
     if held is not None:
-        yield held + current
+        handed, held, current = [held + current], None, None
+        yield handed.pop()
     elif current or not parts:
-        yield current
+        handed, current = [current], None
+        yield handed.pop()
 
 
 def merge_read_stats(parts: Iterable[dict]) -> ReadStats:

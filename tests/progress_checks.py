@@ -28,7 +28,8 @@ def progress_lines(log: Log) -> list[tuple[int, int | None, str | None, float | 
 
 def check_display(log: Log, manifest: dict, seconds: float) -> list[tuple]:
     """The lines count every task of the three stages, in stage order, and end on the
-    real total: a task per partition twice (pair, scatter), one per shard."""
+    real total: a task per partition twice (pair, scatter), one per shard. (For a build
+    without a partition cut while read: there scatter runs once per part.)"""
     lines = progress_lines(log)
     tasks = 2 * manifest["totals"]["partitions"] + len(manifest["shards"])
     assert tasks > 20

@@ -16,12 +16,12 @@ from bertprep.plan import cut_while_reading, plan_partitions, read_partition
 from reliability_checks import finished_markers, invoke, kill_at
 from shard_fixtures import check_shard_dir, shard_bytes, write_corpus, write_vocab
 
-documents_strategy = st.lists(st.lists(st.text(alphabet="ab ", min_size=0, max_size=30), min_size=1, max_size=4),
+documents_strategy = st.lists(st.lists(st.text(alphabet="ab é漢", min_size=0, max_size=30), min_size=1, max_size=4),
                               min_size=0, max_size=60)
 
 
 def chars(part) -> int:
-    return sum(len(s) for document in part for s in document)
+    return text_bytes(part)  # what a part's size is counted in: UTF-8 and a newline per sentence
 
 
 @settings(max_examples=300, deadline=None)
@@ -56,6 +56,28 @@ def test_parts_are_drawn_while_reading():
     assert len(read) < 20
 
 
+class Document(list):
+    """A document that can be watched with a weak reference (a plain list cannot)."""
+
+
+def test_a_part_handed_over_and_cleared_is_not_kept():
+    """Once the consumer has cleared a part (as the pair task does once it is
+    tokenized), none of its documents is alive any more, the last part included: the
+    generator keeps no reference of its own while the consumer works."""
+    import gc
+    import weakref
+
+    documents = (Document([f"sentence {i} " * 4]) for i in range(230))  # ~50 bytes each
+    sizes = []
+    for part in cut_while_reading(documents, 500):
+        watched = [weakref.ref(d) for d in part]
+        sizes.append(text_bytes(part))
+        part.clear()
+        gc.collect()
+        assert all(w() is None for w in watched), len(sizes)
+    assert len(sizes) > 10 and all(size >= 500 for size in sizes[:-1])
+
+
 def _gzipped_corpus(tmp_path, documents=300, seed=7):
     plain = write_corpus(tmp_path / "corpus.txt", documents=documents, seed=seed)
     packed = tmp_path / "corpus.txt.gz"
@@ -84,6 +106,35 @@ def test_a_compressed_file_builds_in_parts_with_the_same_bytes_for_any_worker_co
         assert manifest["totals"]["partitions"] == expected_parts
         assert manifest["totals"]["documents"] == 300
         assert manifest["totals"]["text_bytes"] == text_bytes(documents)  # every part's text counted once
+    assert outs[1] == outs[2]
+
+
+def test_a_cut_file_between_other_inputs_shifts_their_numbering_and_keeps_every_document(tmp_path):
+    """A plain file before and after the cut one: the later file's partitions are
+    numbered after the cut file's parts (not by their plan index), and every document of
+    all three inputs is in the shards, the same for 1 and 2 workers."""
+    before = write_corpus(tmp_path / "before.txt", documents=80, seed=1)
+    _, packed = _gzipped_corpus(tmp_path)
+    after = write_corpus(tmp_path / "after.txt", documents=80, seed=2)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    spec = CorpusSpec(paths=(str(before), str(packed), str(after)))
+    plan = plan_partitions(spec, 8192)
+    sized = [p.sized for p in plan]
+    assert False in sized and sized.index(False) < len(sized) - 1  # a cut partition, then more
+    documents = sum(len(read_partition(p, spec)[0]) for p in plan)
+    parts = sum(1 if p.sized else len(list(cut_while_reading(iter(read_partition(p, spec)[0]), 8192))) for p in plan)
+    assert parts > len(plan)
+    outs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        result = invoke(prep_main, "build-shards", before, packed, after, "--tokenizer", vocab, "--out", out,
+                        "--partition-size", "8192", "--num-shards", 3, "--workers", workers,
+                        "--cache-dir", tmp_path / f"cache{workers}", "--quiet")
+        assert result.exit_code == 0, result.output
+        check_shard_dir(out)
+        totals = json.loads((out / "manifest.json").read_text())["totals"]
+        assert totals["partitions"] == parts and totals["documents"] == documents == 460
+        outs[workers] = shard_bytes(out)
     assert outs[1] == outs[2]
 
 

@@ -81,6 +81,22 @@ def test_only_the_gradients_asked_for(matmul_choice):
 
 
 @needs_onednn
+def test_frozen_weight_still_gives_the_input_gradient_and_no_double_backward(matmul_choice):
+    torch.manual_seed(0)
+    x = torch.randn(9, 16, requires_grad=True)
+    weight = torch.randn(8, 16)  # frozen: the input is not kept for it
+    linear(x, weight).pow(2).sum().backward()
+    expected = x.detach().clone().requires_grad_(True)
+    F.linear(expected, weight).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad, rtol=1e-5, atol=1e-6)
+    # a second-order gradient is refused in one clear error, not computed wrongly
+    w = torch.randn(8, 16, requires_grad=True)
+    (grad,) = torch.autograd.grad(linear(x, w).pow(2).sum(), w, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        grad.sum().backward()
+
+
+@needs_onednn
 def test_same_bytes_every_call(matmul_choice):
     torch.manual_seed(0)
     x, weight = torch.randn(700, 768, requires_grad=True), torch.randn(3072, 768, requires_grad=True)

@@ -6,11 +6,12 @@ On a CPU torch sends an fp32 `F.linear` to MKL's sgemm. On this project's AMD EP
 x @ W^T and dy @ W, at 95-130 GFLOP/s at BERT's shapes with a few hundred to a couple of
 thousand rows (768 x 768 -> 3072 and the like), where oneDNN, which torch ships for its
 own CPU kernels (`mkldnn::_linear_pointwise`, the op inductor's CPU linear fusion calls),
-runs them at 155-180. The weight gradient dy^T @ x MKL already runs at 165-185, as fast
-as oneDNN, so it stays with torch. Measured with each product alone (20 calls, median of
-shapes), and in whole training steps: a bert-base classification step on 32 packed
-SST-2-length rows took 0.88x its MKL time (3 alternating rounds of 6 steps), a base
-pre-training step 8 x 128 0.83-0.94x (2 rounds).
+runs them at 155-180 alone and up to 200 inside a step. The weight gradient dy^T @ x
+MKL already runs at 150-185, as fast as oneDNN, and oneDNN made whole steps slower
+there, so it stays with torch. Measured with each product alone (20 calls, median),
+and in whole steps (`benchmarks/bench_train_step.py`, its `torch-mm` variant: the same
+step on MKL): a bert-base classification step on 32 packed SST-2-length rows took 0.87x
+its MKL time, a base pre-training step at 8 x 128 0.90x, mini 0.98x.
 
 The results are fp32 products like MKL's, summed in another order: equal to `F.linear`
 to fp32 rounding (tests/test_linear.py), and, like MKL's, the same bytes every call for
@@ -30,6 +31,7 @@ import os
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 CHOICES = ("onednn", "torch")
 _choice = os.environ.get("BERTMODEL_CPU_MATMUL", "onednn")
@@ -83,12 +85,16 @@ class _OneDnnLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
-        ctx.save_for_backward(rows, weight)
+        # As F.linear: the input is kept only for a weight gradient, the weight only for
+        # an input gradient (a frozen layer does not hold its input).
+        ctx.save_for_backward(rows if ctx.needs_input_grad[1] else None,
+                              weight if ctx.needs_input_grad[0] else None)
         ctx.input_shape = x.shape
         ctx.has_bias = bias is not None
         return _onednn(rows, weight, bias).view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
+    @once_differentiable  # oneDNN's op has no autograd of its own: no double backward
     def backward(ctx, grad: torch.Tensor):
         rows, weight = ctx.saved_tensors
         grad = grad.reshape(-1, grad.shape[-1])
