@@ -74,6 +74,23 @@ def test_local_one_and_two_workers_and_a_two_node_cluster_give_the_same_bytes(in
     assert "manifest.json" in inputs["local1"] and b'"executor"' not in inputs["local1"]["manifest.json"]
 
 
+def test_a_compressed_file_cut_while_read_gives_the_local_bytes_on_the_cluster(inputs, cluster, tmp_path):
+    """One .gz input, cut into parts by its pair task (plan.cut_while_reading): its parts
+    travel back through Ray and scatter on both nodes to the local pool's bytes."""
+    import gzip
+
+    packed = tmp_path / "corpus.txt.gz"
+    packed.write_bytes(gzip.compress(inputs["corpus"].read_bytes(), mtime=0))
+    spec = CorpusSpec(paths=(str(packed),))
+    local = BuildConfig(workers=2, cache_dir=str(tmp_path / "cache-local"), **OPTIONS)
+    result = build_shards(spec, inputs["vocab"], tmp_path / "local", local, progress=False)
+    assert result.manifest["totals"]["partitions"] > 10  # from one planned partition
+    on_ray = BuildConfig(executor="ray", workers=2, cache_dir=str(tmp_path / "cache-ray"), **OPTIONS)
+    result = build_shards(spec, inputs["vocab"], tmp_path / "ray", on_ray, progress=False)
+    assert result.executor.nodes == 2
+    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local")
+
+
 @pytest.mark.parametrize("task, at, index", [
     ("pair_partition", "bertprep.build_tasks:write_json_atomic", 3),  # its pairs written, its marker not yet
     ("scatter_partition", "bertprep.build_tasks:write_json_atomic", 5),  # its scatter file written, its marker not yet

@@ -324,3 +324,26 @@ def test_every_input_format_reads_from_the_store_as_from_disk(s3, tmp_path):
     # A glob as on disk: `*` stays within one name (c.parquet, not sub/), `**/` spans them.
     assert list(iter_documents(CorpusSpec(paths=(f"s3://{s3.bucket}/tree/*.parquet",)))) == local_documents[2:4]
     assert list(iter_documents(CorpusSpec(paths=(f"s3://{s3.bucket}/tree/**/*.jsonl",)))) == local_documents[4:]
+
+
+def test_a_compressed_input_cut_while_read_builds_on_the_store_as_on_disk(s3, local, tmp_path):
+    """A .gz on the store, cut into parts by its pair task: the parts' work files
+    (pairs-P-J.npz) live under OUT.partial on the store, and the shards are the bytes
+    of the same .gz built on disk."""
+    import gzip
+
+    packed = tmp_path / "corpus.txt.gz"
+    packed.write_bytes(gzip.compress((local["in"] / "corpus.txt").read_bytes(), mtime=0))
+    on_disk = tmp_path / "disk-out"
+    result = invoke(prep_main, "build-shards", packed, "--tokenizer", local["vocab"], "--out", on_disk,
+                    "--cache-dir", tmp_path / "cache", *OPTIONS)
+    assert result.exit_code == 0, result.output
+    assert json.loads((on_disk / "manifest.json").read_text())["totals"]["partitions"] > 3  # one file, cut
+    s3.upload_file(str(packed), s3.bucket, "gz/corpus.txt.gz")
+    result = invoke(prep_main, "build-shards", f"s3://{s3.bucket}/gz/corpus.txt.gz", "--tokenizer", local["vocab"],
+                    "--out", f"s3://{s3.bucket}/out", "--cache-dir", f"s3://{s3.bucket}/cache", *OPTIONS)
+    assert result.exit_code == 0, result.output
+    got = shard_bytes(download(s3, "out", tmp_path / "download"))
+    want = shard_bytes(on_disk)
+    assert {k: v for k, v in got.items() if k != "manifest.json"} == {k: v for k, v in want.items() if k != "manifest.json"}
+    assert not objects(s3, "out.partial")
