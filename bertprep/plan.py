@@ -29,6 +29,7 @@ from bertprep import hf_datasets, readers, storage
 from bertprep.boundaries import find_cut, sniff_layout
 from bertprep.corpus import CorpusSpec, KnownWord, ReadStats, iter_piece_documents, plural, resolve_input_files
 from bertprep.errors import BertprepError, describe_path
+from bertprep.partitions import text_bytes
 
 COUNTED = ("bytes", "documents", "sentences", "invalid_bytes", "long_lines", "long_documents", "hyphens_removed")
 
@@ -229,7 +230,7 @@ def cut_while_reading(documents: Iterable[list[str]], limit: int | None) -> Iter
     size, parts = 0, 0
     for document in documents:
         current.append(document)
-        size += sum(len(s.encode("utf-8", "surrogatepass")) + 1 for s in document)
+        size += text_bytes([document])
         if held is not None and size >= limit // 4:
             handed, held, parts = [held], None, parts + 1
             yield handed.pop()

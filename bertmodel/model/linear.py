@@ -34,9 +34,15 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 CHOICES = ("onednn", "torch")
-_choice = os.environ.get("BERTMODEL_CPU_MATMUL", "onednn")
-if _choice not in CHOICES:
-    raise ValueError(f"BERTMODEL_CPU_MATMUL={_choice!r}: expected one of {', '.join(CHOICES)}")
+
+
+def _checked(choice: str, what: str) -> str:
+    if choice not in CHOICES:
+        raise ValueError(f"{what}={choice!r}: expected one of {', '.join(CHOICES)}")
+    return choice
+
+
+_choice = _checked(os.environ.get("BERTMODEL_CPU_MATMUL", "onednn"), "BERTMODEL_CPU_MATMUL")
 
 
 def _onednn_linear_op():
@@ -63,9 +69,7 @@ _ONEDNN = _onednn_linear_op()
 def set_cpu_matmul(choice: str) -> str:
     """"onednn" (the default where torch has it) or "torch"; returns the one before."""
     global _choice
-    if choice not in CHOICES:
-        raise ValueError(f"cpu matmul {choice!r}: expected one of {', '.join(CHOICES)}")
-    previous, _choice = _choice, choice
+    previous, _choice = _choice, _checked(choice, "cpu_matmul")
     return previous
 
 
@@ -109,9 +113,9 @@ class _OneDnnLinear(torch.autograd.Function):
 
 
 def _uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (_choice == "onednn" and _ONEDNN is not None and x.device.type == "cpu"
-            and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling())
+    return (cpu_matmul() == "onednn" and x.device.type == "cpu" and x.dtype == torch.float32
+            and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
