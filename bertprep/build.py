@@ -25,7 +25,7 @@ from bertprep.atomic import remove_stale_temporaries, write_json_atomic
 from bertprep.build_checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build_progress import TrackedExecutor
 from bertprep.build_tasks import (RECORD_BATCH_ROWS, FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
-                                  fingerprint_input, gather_shard, merge_stats, pair_partition, scatter_partition)
+                                  fingerprint_input, gather_shard, pair_partition, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.fingerprints import fingerprint_sources, input_fingerprints
@@ -34,6 +34,7 @@ from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import cap_warnings
 from bertprep.pair_quality import degenerate_pairs_warning, figures
 from bertprep.plan import merge_read_stats, plan_partitions
+from bertprep.row_stats import merge_stats
 from bertprep.progress import BuildProgress
 from bertprep.tokenizer import load_tokenizer
 

@@ -40,6 +40,7 @@ from bertprep.fingerprints import fingerprint_source
 from bertprep.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
 from bertprep.plan import PartitionPlan, cut_while_reading, iter_partition_documents
 from bertprep.prose import vocabulary_lookup
+from bertprep.row_stats import add_stats, empty_stats
 from bertprep.rows import build_rows
 from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
 
@@ -280,7 +281,7 @@ def scatter_partition(task: ScatterTask) -> dict:
     part = TokenCache(ctx.cache_dir).load(text_hash, ctx.tokenizer_fingerprint)
     if part is None:
         raise RuntimeError(f"tokenized partition {index} vanished from the cache {ctx.cache_dir}")
-    stats = _empty_stats(ctx.pairs.max_seq_length)
+    stats = empty_stats(ctx.pairs.max_seq_length)
     per_shard: list[list[pa.RecordBatch]] = [[] for _ in range(num_shards)]
     with storage.open_whole(_work(ctx, task.pairs_file)) as file, np.load(file) as saved:
         for dupe in range(ctx.dupe_factor):
@@ -299,7 +300,7 @@ def scatter_partition(task: ScatterTask) -> dict:
             else:
                 rows = build_rows(part.ids, pairs[order], tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
             masked = apply_masking(rows, ctx.masking, vocab, rng)
-            _add_stats(stats, rows, masked)
+            add_stats(stats, rows, masked)
             batch = _record_batch(rows, masked, tok.vocab_size)
             for s in range(num_shards):
                 per_shard[s].append(batch.slice(bounds[s], bounds[s + 1] - bounds[s]))
@@ -310,43 +311,6 @@ def scatter_partition(task: ScatterTask) -> dict:
             writer.write(pa.concat_batches(pieces))
     write_json_atomic(marker, stats, fsync=False)
     return stats
-
-
-def _empty_stats(max_seq_length: int) -> dict:
-    return {
-        "rows": 0,
-        "tokens": 0,
-        "masked_positions": 0,
-        "masked_as_mask": 0,
-        "masked_kept": 0,
-        "masked_random": 0,
-        "next_sentence_random": 0,
-        "length_histogram": [0] * (max_seq_length + 1),
-    }
-
-
-def _add_stats(stats: dict, rows, masked) -> None:
-    lengths = rows.lengths
-    stats["rows"] += rows.num_rows
-    stats["tokens"] += int(lengths.sum())
-    stats["masked_positions"] += len(masked.positions)
-    stats["masked_as_mask"] += masked.num_masked
-    stats["masked_kept"] += masked.num_kept
-    stats["masked_random"] += masked.num_random
-    stats["next_sentence_random"] += int(rows.next_sentence_label.sum())
-    histogram = np.bincount(lengths, minlength=len(stats["length_histogram"]))
-    stats["length_histogram"] = [a + int(b) for a, b in zip(stats["length_histogram"], histogram)]
-
-
-def merge_stats(all_stats: list[dict]) -> dict:
-    total = _empty_stats(len(all_stats[0]["length_histogram"]) - 1) if all_stats else {}
-    for stats in all_stats:
-        for key, value in stats.items():
-            if key == "length_histogram":
-                total[key] = [a + b for a, b in zip(total[key], value)]
-            else:
-                total[key] += value
-    return total
 
 
 # --- stage 3 -----------------------------------------------------------------------
@@ -422,6 +386,5 @@ __all__ = [
     "scatter_partition",
     "gather_shard",
     "write_shuffled",
-    "merge_stats",
     "stream_seed",
 ]
