@@ -7,10 +7,12 @@ would with `--executor ray` and no address.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -173,3 +175,50 @@ def test_the_driver_killed_mid_build_resumes_with_the_same_command_to_the_same_b
     assert "Resuming the unfinished build" in rerun.stderr
     assert shard_bytes(out) == inputs["local1"]
     assert temporaries(tmp_path) == []
+
+
+OWN_RAY_STOPS = """
+import json, os
+from bertprep.ray_executor import RayExecutor
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+with RayExecutor(workers=1) as pool:
+    assert sorted(pool.map(abs, [-1, -2])) == [1, 2]
+    import ray
+    node = ray._private.worker._global_node
+    started = {kind: [info.process.pid for info in infos] for kind, infos in node.all_processes.items()}
+    shutdown, monitor_at_shutdown = ray.shutdown, []
+
+    def recording_shutdown(**kwargs):
+        monitor_at_shutdown.append(alive(started["monitor"][0]))
+        return shutdown(**kwargs)
+
+    ray.shutdown = recording_shutdown
+pool.wait_closed()
+assert not ray.is_initialized()
+pids = [pid for kind in started.values() for pid in kind]
+for _ in range(100):  # the killed are reaped at once; a last one may still be exiting
+    if not any(alive(pid) for pid in pids):
+        break
+    __import__("time").sleep(0.05)
+print(json.dumps({"kinds": sorted(started), "alive": [pid for pid in pids if alive(pid)],
+                  "monitor_at_shutdown": monitor_at_shutdown}))
+"""
+
+
+def test_a_local_ray_of_its_own_stops_every_process_it_started(tmp_path):
+    # The autoscaler monitor is killed ahead of ray.shutdown (it would wait out its
+    # SIGTERM second): it and every other process of that Ray must be gone after.
+    done = subprocess.run([sys.executable, "-c", OWN_RAY_STOPS], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_ADDRESS": ""}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"monitor", "raylet", "gcs_server"} <= set(found["kinds"])
+    assert found["alive"] == []
+    assert found["monitor_at_shutdown"] == [False]  # gone before ray.shutdown began: no second waited
