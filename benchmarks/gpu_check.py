@@ -1,16 +1,20 @@
 """One-command GPU check: BERT-base at seq 128 in bf16 on this CUDA device.
 
 1. step throughput: synthetic realistic batches (seq 128, 20 prediction slots, 90% of
-   rows full length), forward + backward + clip + fused AdamW, bf16 autocast; eager, then
-   torch.compile (falls back with a message if compile fails); warm-up steps, then timed
-   steps between cuda.synchronize() calls;
+   rows full length), forward + backward + clip + fused AdamW, bf16 autocast; padded and
+   unpadded (`--unpad on`'s kernel: nested/jagged tensors on CUDA), each eager and with
+   torch.compile (a mode that fails to compile is reported and skipped); warm-up steps,
+   then timed steps between cuda.synchronize() calls; then the unpadded/padded and
+   compiled/eager ratios;
 2. the real loop: `bertmodel pretrain` on synthetic shards (loader thread, per-step
    non-finite check, metrics.jsonl), samples/s and MFU read back from its metrics;
 3. data loading: collate samples/s on this machine's CPU, against what the GPU consumes.
-Prints samples/s and MFU (FLOPs as in bertmodel/metrics.py; peak from its table, H100/H200
-989 TFLOP/s dense bf16). Targets on an H200: >= 5,000 samples/s and >= 40% MFU.
+Prints samples/s, real (non-pad) tokens/s and MFU (FLOPs as in bertmodel/metrics.py,
+counting what each mode computes: an unpadded step only its real tokens; peak from its
+table, H100/H200 989 TFLOP/s dense bf16). Targets on an H200: >= 5,000 samples/s and
+>= 40% MFU.
 
-  python benchmarks/gpu_check.py [--batch-size 256] [--steps 30] [--no-compile] [--loop-steps 60]
+  python benchmarks/gpu_check.py [--batch-size 256] [--steps 30] [--no-compile] [--no-unpad] [--loop-steps 60]
 
 Without CUDA it prints why and exits with status 2 (nothing to check).
 """
@@ -30,6 +34,7 @@ from bertmodel.config import BertConfig
 from bertmodel.data import SampleOrder, ShardDataset
 from bertmodel.metrics import peak_flops, train_flops
 from bertmodel.model import BertForPreTraining
+from bertmodel.model.unpad import resolve, set_unpad
 from bertmodel.optim import build_optimizer
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.testing import synthetic_rows, write_shard_dir
@@ -50,7 +55,8 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertConfig, device) -> dict:
+def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertConfig, device,
+               unpadded: bool = False) -> dict:
     params = [p for p in model.parameters()]
     model.train()
 
@@ -70,57 +76,84 @@ def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertC
     losses = [step(batches[i % len(batches)]) for i in range(steps)]
     sync(device)
     elapsed = time.perf_counter() - t0
-    flops = sum(train_flops(config, *b["input_ids"].shape, b["masked_lm_positions"].shape[1])
-                for b in (batches[i % len(batches)] for i in range(steps)))
-    samples = sum(batches[i % len(batches)]["input_ids"].shape[0] for i in range(steps))
+    timed = [batches[i % len(batches)] for i in range(steps)]
+    flops = sum(step_flops(config, b, unpadded) for b in timed)
+    samples = sum(b["input_ids"].shape[0] for b in timed)
+    real_tokens = sum(int(b["attention_mask"].sum()) for b in timed)
     peak = peak_flops(device)
     loss_values = [float(x) for x in losses]
-    return {"samples_s": samples / elapsed, "ms_step": 1e3 * elapsed / steps,
+    return {"samples_s": samples / elapsed, "tokens_s": real_tokens / elapsed, "ms_step": 1e3 * elapsed / steps,
             "mfu": flops / elapsed / peak if peak else None, "finite": all(np.isfinite(loss_values)),
             "first_loss": loss_values[0], "last_loss": loss_values[-1]}
+
+
+def step_flops(config: BertConfig, b: dict, unpadded: bool) -> float:
+    """What one step computes: padded, every (B, T) position; unpadded, the real tokens
+    and each sequence's own attention pairs."""
+    batch, seq = b["input_ids"].shape
+    lengths = b["attention_mask"].sum(1).double()
+    real = {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())} if unpadded else {}
+    return train_flops(config, batch, seq, b["masked_lm_positions"].shape[1], **real)
 
 
 def report(name: str, r: dict) -> None:
     mfu = "n/a (device not in the peak table)" if r.get("mfu") is None else f"{r['mfu']:.1%}"
     ok = r["samples_s"] >= TARGET_SAMPLES_S and (r.get("mfu") or 0) >= TARGET_MFU
-    print(f"{name:<26} {r['samples_s']:>9,.0f} samples/s  {r.get('ms_step', float('nan')):>7.1f} ms/step  "
+    tokens = f"{r['tokens_s']:>11,.0f} tokens/s" if "tokens_s" in r else f"{'':>20}"
+    print(f"{name:<40} {r['samples_s']:>9,.0f} samples/s {tokens}  {r.get('ms_step', float('nan')):>7.1f} ms/step  "
           f"MFU {mfu}  {'meets' if ok else 'below'} target")
 
 
+def report_ratios(results: list[tuple[str, dict]]) -> None:
+    """samples/s of unpadded against padded (each compile mode), compiled against eager
+    (each padding mode): the figures `--unpad auto` and `--compile` are chosen by."""
+    by = {name: r["samples_s"] for name, r in results}
+    for compiled in ("eager", "torch.compile"):
+        padded, unpadded = by.get(f"{compiled}, padded"), by.get(f"{compiled}, unpadded")
+        if padded and unpadded:
+            print(f"unpadded/padded step time, {compiled}: {padded / unpadded:.2f}x")
+    for padding in ("padded", "unpadded"):
+        eager, compiled = by.get(f"eager, {padding}"), by.get(f"torch.compile, {padding}")
+        if eager and compiled:
+            print(f"compiled/eager step time, {padding}: {eager / compiled:.2f}x")
+
+
 def bench_step(args, ds: ShardDataset) -> list[tuple[str, dict]]:
+    """Timed steps in each mode: eager and compiled, padded and unpadded. A mode whose
+    compile fails is reported and left out; an eager failure is an error."""
     device = torch.device(args.device)
     config = BertConfig.preset(args.preset, vocab_size=VOCAB)
     order = SampleOrder(len(ds), seed=0)
     batches = [{k: torch.from_numpy(v).to(device) for k, v in
                 ds.collate(order.take(i * args.batch_size, args.batch_size), 512).items()} for i in range(8)]
+    # The smoke run takes the jagged kernel a GPU would, on the CPU (slow there, but the path is the point).
+    kernels = [None] + (["jagged" if args.cpu_smoke else resolve("on", device)] if args.unpad else [])
     results = []
-    modes = [False] + ([True] if args.compile else [])
-    for compiled in modes:
-        torch.manual_seed(0)
-        model = BertForPreTraining(config).to(device)
-        optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, device)
-        name = f"{args.preset} bf16, eager"
-        if compiled:
-            name = f"{args.preset} bf16, torch.compile"
+    for compiled in [False] + ([True] if args.compile else []):
+        for kernel in kernels:
+            name = f"{'torch.compile' if compiled else 'eager'}, {'unpadded' if kernel else 'padded'}"
+            torch.manual_seed(0)
+            model = BertForPreTraining(config).to(device)
+            set_unpad(model, kernel)
+            optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, device)
+            t0 = time.perf_counter()
             try:
-                model = torch.compile(model, dynamic=False)
-            except Exception as exc:  # noqa: BLE001 - report and keep the eager figure
-                print(f"torch.compile failed ({str(exc).splitlines()[0]}); eager only")
-                break
-        t0 = time.perf_counter()
-        try:
-            r = time_steps(model, optimizer, batches, args.steps, args.warmup, config, device)
-        except Exception as exc:  # noqa: BLE001 - compile errors surface at the first call
-            if not compiled:
-                raise
-            print(f"torch.compile failed at run time ({str(exc).splitlines()[0]}); eager only")
-            break
-        print(f"  ({name}: {time.perf_counter() - t0:.0f} s including warm-up/compile; loss "
-              f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}, finite: {r['finite']})")
-        results.append((name, r))
-        del model, optimizer
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+                # dynamic=False: the batches here all have one shape; the trainer marks its
+                # varying lengths dynamic instead (bertmodel/training).
+                run = torch.compile(model, dynamic=False) if compiled else model
+                r = time_steps(run, optimizer, batches, args.steps, args.warmup, config, device, unpadded=bool(kernel))
+            except Exception as exc:  # noqa: BLE001 - compile errors surface at the first call
+                if not compiled:
+                    raise
+                print(f"  ({name}: torch.compile failed: {str(exc).strip().splitlines()[0][:200]}; left out)")
+                continue
+            finally:
+                del model, optimizer
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            print(f"  ({args.preset} bf16, {name}{f' ({kernel})' if kernel else ''}: {time.perf_counter() - t0:.0f} s "
+                  f"including warm-up/compile; loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}, finite: {r['finite']})")
+            results.append((name, r))
     return results
 
 
@@ -145,6 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile happens here)")
     ap.add_argument("--loop-steps", type=int, default=60, help="steps of the real pretrain loop (0: skip)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="eager only")
+    ap.add_argument("--no-unpad", dest="unpad", action="store_false", help="padded only")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run every code path on the CPU with the tiny preset (checks the script, measures nothing)")
     args = ap.parse_args(argv)
@@ -174,9 +208,11 @@ def main(argv=None) -> int:
             ds.collate(order.take(n, args.batch_size))
             n += args.batch_size
         loading = n / (time.perf_counter() - t0)
-    print(f"\n{'':<26} {'target':>9}: >= {TARGET_SAMPLES_S:,} samples/s and >= {TARGET_MFU:.0%} MFU on an H200")
+    print(f"\n{args.preset} bf16, batch {args.batch_size} x 128 {'target':>14}: >= {TARGET_SAMPLES_S:,} samples/s "
+          f"and >= {TARGET_MFU:.0%} MFU on an H200")
     for name, r in results:
         report(name, r)
+    report_ratios(results)
     best = max(r["samples_s"] for _, r in results)
     print(f"data loading: {loading:,.0f} samples/s on one CPU core = {loading / best:.1f}x what the GPU consumes")
     return 0
