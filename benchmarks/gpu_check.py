@@ -154,6 +154,7 @@ def bench_step(args, ds: ShardDataset) -> list[tuple[str, dict]]:
             print(f"  ({args.preset} bf16, {name}{f' ({kernel})' if kernel else ''}: {time.perf_counter() - t0:.0f} s "
                   f"including warm-up/compile; loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}, finite: {r['finite']})")
             results.append((name, r))
+            report(name, r)  # now, as well as in the table: a later mode that crashes the process keeps this one
     return results
 
 
