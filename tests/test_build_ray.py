@@ -24,6 +24,7 @@ from bertprep.errors import BertprepError
 from progress_checks import Log, check_display
 from reliability_checks import PREP, temporaries
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
+from store_fixtures import free_port
 
 ray = pytest.importorskip("ray", reason="the Ray executor needs the ray extra (pip install 'bertprep[ray]')")
 
@@ -222,3 +223,67 @@ def test_a_local_ray_of_its_own_stops_every_process_it_started(tmp_path):
     assert {"monitor", "raylet", "gcs_server"} <= set(found["kinds"])
     assert found["alive"] == []
     assert found["monitor_at_shutdown"] == [False]  # gone before ray.shutdown began: no second waited
+
+
+JOINS_AND_LEAVES = """
+import sys
+from bertprep.ray_executor import RayExecutor
+
+with RayExecutor(address=sys.argv[1], workers=1) as pool:
+    assert sorted(pool.map(abs, [-1, -2])) == [1, 2]
+pool.wait_closed()
+print("done")
+"""
+
+
+def _session_pids(session: int, command_part: bytes = b"") -> list[int]:
+    """The processes of one process session (a `ray start` head's) whose command line
+    contains command_part."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == session and command_part in open(f"/proc/{entry}/cmdline", "rb").read():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _monitor_pids(session: int) -> list[int]:
+    return _session_pids(session, b"autoscaler/_private/monitor.py")
+
+
+def test_a_build_that_joins_a_cluster_leaves_its_monitor_running(tmp_path):
+    # Stopping a Ray of the build's own kills that Ray's monitor first; a build that
+    # joined a cluster (`ray start`, as on a real one) must leave the cluster's alone.
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    head = subprocess.Popen([ray_bin, "start", "--head", "--block", "--port", str(port), "--num-cpus", "1",
+                             "--include-dashboard", "false"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.time() + 60
+        while not _monitor_pids(head.pid) and time.time() < deadline:
+            time.sleep(0.2)
+        monitors = _monitor_pids(head.pid)
+        assert monitors, "the head's monitor never started"
+        done = subprocess.run([sys.executable, "-c", JOINS_AND_LEAVES, f"127.0.0.1:{port}"], capture_output=True,
+                              text=True, timeout=120, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and done.stdout.strip().endswith("done"), done.stderr
+        assert _monitor_pids(head.pid) == monitors
+    finally:
+        # `ray start --block` stops gracefully on SIGTERM, but takes ~30 s here; the
+        # head is this test's alone, so every process of its session is killed outright.
+        for _ in range(50):
+            pids = _session_pids(head.pid)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        head.wait(timeout=10)
