@@ -19,7 +19,7 @@ table, H100/H200 989 TFLOP/s dense bf16). Targets on an H200: >= 5,000 samples/s
 Without CUDA it prints why and exits with status 2 (nothing to check).
 
 Time: three compiles (compiled padded, compiled unpadded, the compiled loop) are most of
-it, each typically one to two minutes; the eager modes take seconds. Each mode's line is
+it (not yet measured on a GPU: expect minutes each); the eager modes take seconds. Each mode's line is
 printed when it is measured, so a run stopped by a time limit still reports the modes it
 finished; `--no-compile` gives the eager figures in well under a minute.
 """
