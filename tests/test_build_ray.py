@@ -237,13 +237,16 @@ print("done")
 
 
 def _session_pids(session: int, command_part: bytes = b"") -> list[int]:
-    """The processes of one process session (a `ray start` head's) whose command line
-    contains command_part."""
+    """The live processes of one process session (a `ray start` head's) whose command
+    line contains command_part. A zombie (exited, not yet reaped) is not live."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getsid(int(entry)) == session and command_part in open(f"/proc/{entry}/cmdline", "rb").read():
+                stat = open(f"/proc/{entry}/stat").read()
+                if stat[stat.rfind(")") + 2] == "Z" or os.getsid(int(entry)) != session:
+                    continue
+                if command_part in open(f"/proc/{entry}/cmdline", "rb").read():
                     found.append(int(entry))
             except OSError:
                 continue
@@ -276,7 +279,7 @@ def test_a_build_that_joins_a_cluster_leaves_its_monitor_running(tmp_path):
     finally:
         # `ray start --block` stops gracefully on SIGTERM, but takes ~30 s here; the
         # head is this test's alone, so every process of its session is killed outright.
-        for _ in range(50):
+        for _ in range(100):
             pids = _session_pids(head.pid)
             if not pids:
                 break
@@ -287,3 +290,4 @@ def test_a_build_that_joins_a_cluster_leaves_its_monitor_running(tmp_path):
                     pass
             time.sleep(0.1)
         head.wait(timeout=10)
+    assert not _session_pids(head.pid), "processes of the test's Ray head outlived SIGKILL"
