@@ -37,7 +37,7 @@ import torch
 
 from bertmodel.config import BertConfig
 from bertmodel.data import SampleOrder, ShardDataset
-from bertmodel.metrics import peak_flops, train_flops
+from bertmodel.metrics import peak_flops, train_flops, unpadded_extent
 from bertmodel.model import BertForPreTraining
 from bertmodel.model.unpad import resolve, set_unpad
 from bertmodel.optim import build_optimizer
@@ -94,11 +94,10 @@ def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertC
 
 def step_flops(config: BertConfig, b: dict, unpadded: bool) -> float:
     """What one step computes: padded, every (B, T) position; unpadded, the real tokens
-    and each sequence's own attention pairs."""
+    and each sequence's own attention pairs (as the trainer counts them)."""
     batch, seq = b["input_ids"].shape
-    lengths = b["attention_mask"].sum(1).double()
-    real = {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())} if unpadded else {}
-    return train_flops(config, batch, seq, b["masked_lm_positions"].shape[1], **real)
+    extent = unpadded_extent(b["attention_mask"]) if unpadded else {}
+    return train_flops(config, batch, seq, b["masked_lm_positions"].shape[1], **extent)
 
 
 def report(name: str, r: dict) -> None:

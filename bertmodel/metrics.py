@@ -56,6 +56,14 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
+def unpadded_extent(attention_mask) -> dict[str, int]:
+    """What an unpadded batch computes, from its (B, T) 1/0 mask (numpy or torch):
+    `tokens`, its real tokens, and `attention_pairs`, each sequence's own query-key
+    pairs summed (the sum of its lengths squared); train_flops' keywords."""
+    lengths = attention_mask.sum(1)
+    return {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())}
+
+
 def train_flops(config: BertConfig, batch: int, seq_len: int, predictions: int, pair_head: bool = True,
                 tokens: int | None = None, attention_pairs: int | None = None) -> float:
     """Training FLOPs (forward + backward) of one micro-batch of shape (batch, seq_len);

@@ -100,6 +100,8 @@ def test_loader_yields_the_order_and_cursor(small):
     want = ds.collate(order.take(48, 8)[1::2])
     assert (second.tensors["input_ids"].numpy() == want["input_ids"]).all()
     assert second.tokens == int(want["attention_mask"].sum())
+    lengths = want["attention_mask"].sum(1).astype(np.int64)
+    assert second.attention_pairs == int((lengths ** 2).sum())
 
 
 def test_eval_batches_are_disjoint_per_rank(small):

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from bertmodel.config import BertConfig
+from bertmodel.metrics import unpadded_extent
 from bertmodel.model import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                              BertForSequenceClassification)
-from bertmodel.model.unpad import resolve, set_unpad
+from bertmodel.model.unpad import resolve, set_unpad, unpad_kernel
+from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.testing import small_shard_dir
 from bertmodel.train import TrainConfig, train
 
@@ -123,8 +125,9 @@ def test_finetuning_heads_equal_padded(kernel, mix):
 def test_unpad_keeps_the_state_dict():
     padded, packed = twins(BertForPreTraining, "repad")
     assert list(packed.state_dict()) == list(padded.state_dict())
+    assert unpad_kernel(packed) == "repad" and unpad_kernel(packed.bert) == "repad" and unpad_kernel(padded) is None
     set_unpad(packed, None)  # and switches back
-    assert packed.bert.unpad is None
+    assert packed.bert.unpad is None and unpad_kernel(packed) is None
 
 
 def test_resolve():
@@ -152,13 +155,26 @@ def test_pretrain_unpadded_gives_the_padded_losses(tmp_path, monkeypatch):
         return c
 
     monkeypatch.setattr(TrainConfig, "model_config", no_dropout)
+    counted = []  # (extent the loop gave, the batch's own) per micro-batch: MFU counts what runs
+    real_flops = PretrainingTask.flops
+
+    def recording_flops(self, config, tensors, extent=None):
+        counted.append((extent, unpadded_extent(tensors["attention_mask"])))
+        return real_flops(self, config, tensors, extent)
+
+    monkeypatch.setattr(PretrainingTask, "flops", recording_flops)
     shards = small_shard_dir(tmp_path / "small", rows=48, max_seq_length=64)
     base = dict(data=[str(shards)], preset="tiny", layers=2, hidden=32, heads=2, intermediate=64, batch_size=6,
                 max_steps=3, lr=1e-3, warmup_steps=1, log_every=1, save_every=100, progress=False, seed=5)
     lines = []
     train(TrainConfig(out=str(tmp_path / "padded"), unpad="off", **base), log=lambda *a: None)
+    padded_counts, counted[:] = list(counted), []
     train(TrainConfig(out=str(tmp_path / "packed"), unpad="on", **base), log=lines.append)
     assert any("unpadded (repad)" in line for line in lines)
+    assert len(padded_counts) == len(counted) == 3
+    assert all(extent is None for extent, _ in padded_counts)  # padded: every (B, T) position
+    assert all(extent == real for extent, real in counted)  # unpadded: the real tokens and pairs
+    assert any(real["tokens"] < 6 * 64 for _, real in counted)  # the batches did have padding
 
     def losses(run):
         return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from bertmodel.errors import BertmodelError
+from bertmodel.metrics import unpadded_extent
 from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.data.shards import LIST_COLUMNS, ShardDir
 from bertprep import schema
@@ -156,6 +157,7 @@ class Batch:
     tensors: dict[str, torch.Tensor]  # the model's keyword arguments, on the device
     cursor: int  # global samples consumed once this batch is done (what a checkpoint stores)
     tokens: int  # real (non-padding) tokens in this rank's batch
+    attention_pairs: int  # each row's real tokens squared, summed: what unpadded attention computes
     shape: tuple[int, int, int]  # (B, T, P); P = 0 for batches without prediction slots
 
 
@@ -193,7 +195,8 @@ class BatchLoader:
                     tensors = {k: v.pin_memory() for k, v in tensors.items()}
                 B, T = arrays["input_ids"].shape
                 P = arrays["masked_lm_positions"].shape[1] if "masked_lm_positions" in arrays else 0
-                item = Batch(tensors, cursor, int(arrays["attention_mask"].sum()), (B, T, P))
+                extent = unpadded_extent(arrays["attention_mask"])  # here, on the host: no device sync
+                item = Batch(tensors, cursor, extent["tokens"], extent["attention_pairs"], (B, T, P))
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)

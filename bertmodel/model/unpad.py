@@ -124,10 +124,21 @@ def set_unpad(model: torch.nn.Module, kernel: str | None) -> None:
     with `kernel` (None: padded). An attribute, not a parameter: state dicts are unchanged.
     A head whose loss reads padded positions too (QA's softmax over the whole window, as
     transformers computes it) stays padded: its values there would change."""
-    from bertmodel.model.encoder import BertModel
-
     if kernel is not None and kernel not in KERNELS:
         raise BertmodelError(f"unknown unpad kernel {kernel!r}; choose {' or '.join(KERNELS)}")
-    bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
-    if isinstance(bert, BertModel):
+    bert = _bert_of(model)
+    if bert is not None:
         bert.unpad = None if getattr(model, "reads_padding", False) else kernel
+
+
+def unpad_kernel(model: torch.nn.Module) -> str | None:
+    """The kernel `model` runs its encoder with, as set_unpad left it (None: padded)."""
+    bert = _bert_of(model)
+    return None if bert is None else bert.unpad
+
+
+def _bert_of(model: torch.nn.Module):
+    from bertmodel.model.encoder import BertModel
+
+    bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
+    return bert if isinstance(bert, BertModel) else None

@@ -120,10 +120,10 @@ class ClassificationTask:
     def new_stats(self, device: torch.device) -> ClassificationStats:
         return ClassificationStats(device, self.labels.regression)
 
-    def flops(self, config: BertConfig, tensors: dict) -> float:
+    def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
         head = 6 * B * (config.hidden_size ** 2 + config.hidden_size * self.labels.num_labels)
-        return encoder_flops(config, B, T, last_layer_rows=1) + head
+        return encoder_flops(config, B, T, last_layer_rows=1, **(extent or {})) + head
 
     def predict(self, model, data: EncodedSet, device, autocast, batch_size: int) -> np.ndarray:
         """Logits (N, C) for every row of `data`, in order."""

@@ -87,17 +87,21 @@ def pad_multiple(device: torch.device) -> int:
     return 8 if device.type == "cuda" else 1
 
 
-def encoder_flops(config: BertConfig, batch: int, seq_len: int, last_layer_rows: int | None = None) -> float:
+def encoder_flops(config: BertConfig, batch: int, seq_len: int, last_layer_rows: int | None = None,
+                  tokens: int | None = None, attention_pairs: int | None = None) -> float:
     """Training FLOPs (6 per MAC: forward + backward) of the encoder on (batch, seq_len),
-    where the last layer computes only `last_layer_rows` rows when given (its keys and
-    values still cover every token)."""
+    where the last layer computes only `last_layer_rows` rows per sequence when given
+    (its keys and values still cover every token). tokens / attention_pairs: what an
+    unpadded batch computes (metrics.unpadded_extent; default the padded B * T, B * T^2)."""
     H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    tokens = batch * seq_len
-    full_layer = (4 * H * H + 2 * H * I) * tokens + 2 * H * seq_len * tokens  # weights + QK^T, AV
+    tokens = batch * seq_len if tokens is None else tokens
+    pairs = batch * seq_len * seq_len if attention_pairs is None else attention_pairs
+    full_layer = (4 * H * H + 2 * H * I) * tokens + 2 * H * pairs  # weights + QK^T, AV
     if last_layer_rows is None:
         return 6 * L * full_layer
     rows = batch * last_layer_rows
-    last = 2 * H * H * tokens + (2 * H * H + 2 * H * I) * rows + 2 * H * seq_len * rows
+    # Each kept query attends to its own sequence's keys: tokens / batch per row on average.
+    last = 2 * H * H * tokens + (2 * H * H + 2 * H * I) * rows + 2 * H * rows * tokens / batch
     return 6 * ((L - 1) * full_layer + last)
 
 

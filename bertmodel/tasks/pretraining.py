@@ -139,9 +139,10 @@ class PretrainingTask:
     def new_stats(self, device: torch.device) -> PretrainingStats:
         return PretrainingStats(device, self.objective != "mlm")
 
-    def flops(self, config: BertConfig, tensors: dict) -> float:
+    def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
-        return train_flops(config, B, T, tensors["masked_lm_positions"].shape[1], pair_head=self.objective != "mlm")
+        return train_flops(config, B, T, tensors["masked_lm_positions"].shape[1], pair_head=self.objective != "mlm",
+                           **(extent or {}))
 
     @torch.no_grad()
     def evaluate(self, model, d: parallel.Dist, autocast) -> dict:

@@ -119,9 +119,10 @@ class QATask:
     def new_stats(self, device: torch.device) -> QAStats:
         return QAStats(device)
 
-    def flops(self, config: BertConfig, tensors: dict) -> float:
+    def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
-        return encoder_flops(config, B, T) + 6 * B * T * config.hidden_size * 2
+        # The span head scores every position, padding included (why QA is never unpadded).
+        return encoder_flops(config, B, T, **(extent or {})) + 6 * B * T * config.hidden_size * 2
 
     def predict(self, model, examples, windows: WindowSet, device, autocast, batch_size: int):
         """(predictions {id: text}, nbest {id: [...]}) for `examples` from their windows."""

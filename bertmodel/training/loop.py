@@ -25,6 +25,7 @@ from bertmodel.data import BatchLoader
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import export_hf
 from bertmodel.metrics import MetricsWriter, peak_flops
+from bertmodel.model.unpad import unpad_kernel
 from bertmodel.optim import Schedule, clip_and_step, set_lr
 from bertprep.progress import progress_bar
 
@@ -66,6 +67,7 @@ class Trainer:
         self.stats = self.task.new_stats(self.d.device)
         self.interval = Interval()
         self.peak = peak_flops(self.d.device)
+        self.unpadded = unpad_kernel(self.model) is not None  # FLOPs of the real tokens only, then
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.max_norm = self.cfg.clip_grad if self.cfg.clip_grad > 0 else math.inf
         self.last: dict = {"step": self.step}
@@ -112,7 +114,8 @@ class Trainer:
             self.stats.add(out, batch.tensors)
             self.interval.samples += batch.shape[0]
             self.interval.tokens += batch.tokens
-            self.interval.flops += self.task.flops(self.config, batch.tensors)
+            extent = {"tokens": batch.tokens, "attention_pairs": batch.attention_pairs} if self.unpadded else None
+            self.interval.flops += self.task.flops(self.config, batch.tensors, extent)
             self.cursor = batch.cursor
         # The norm is global under DDP, so every rank steps or skips alike.
         grad_norm = clip_and_step(self.optimizer, self.params, self.max_norm)
