@@ -196,8 +196,9 @@ def _attends_everywhere(attention_mask: torch.Tensor | None) -> bool:
     fills rows to the target length). Attention then runs without a mask, as
     transformers' SDPA path also drops an all-ones mask: the same scores, without a
     masked_fill over every layer's (B, A, T, T) scores (36 ms of a 3.9 s base step at
-    8 x 128 in the profiler; below the step's run-to-run noise when timed). Only on the CPU, where reading the mask costs nothing; on CUDA it would be a
-    host sync every step. Not under torch.compile, which would break the graph there."""
+    8 x 128 in the profiler; below the step's run-to-run noise when timed). Only on the
+    CPU, where reading the mask costs nothing; on CUDA it would be a host sync every
+    step. Not under torch.compile, which would break the graph there."""
     if attention_mask is None:
         return True
     return (attention_mask.device.type == "cpu" and not torch.compiler.is_compiling()
