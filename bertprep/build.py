@@ -278,7 +278,7 @@ def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict]
     total_docs = sum(p["documents"] for p in partitions)
     if sum(p["tokens"] for p in partitions) == 0:
         raise BertprepError(f"{_inputs_label(spec)}: no text found")
-    if total_docs < 2:
+    if total_docs < 2 and config.pairs == "nsp":  # SOP pairs and FULL-SENTENCES rows need no other document
         hint = ("in --sentences prose a document is a file: give several, or cut them with --document-separator"
                 if spec.sentences == "prose" else
                 "separate documents with a blank line, or use --sentences split for a document per line")
@@ -293,7 +293,8 @@ def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partition
               for key in ("documents", "sentences", "chunks", "single_sentence_chunks")}
     totals["corpus_tokens"] = sum(p["tokens"] for p in partitions)
     mean_length = sum(i * n for i, n in enumerate(stats["length_histogram"])) / rows if rows else 0.0
-    found = figures(totals, rows, stats.get("next_sentence_random", 0), mean_length, config.max_seq_length)
+    found = figures(totals, rows, stats.get("next_sentence_random", 0), mean_length, config.max_seq_length,
+                    config.pairs)
     warning = degenerate_pairs_warning(found, spec.sentences, spec.document_separator)
     return [warning] if warning else []
 

@@ -74,10 +74,11 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     if result.executor is not None:
         for line in result.executor.summary().splitlines():
             click.echo(f"  {line}")
+    labelled = stats["next_sentence_random_fraction"]
+    label = {"nsp": f"NSP random B {labelled:.3f}; ", "sop": f"SOP swapped {labelled:.3f}; "}.get(m["options"]["pairs"], "")
     click.echo(
         f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
-        f"random {stats['share_random']:.3f}; NSP random B {stats['next_sentence_random_fraction']:.3f}; "
-        f"mean length {stats['mean_length']:.1f}"
+        f"random {stats['share_random']:.3f}; {label}mean length {stats['mean_length']:.1f}"
     )
 
 
@@ -93,7 +94,8 @@ def inspect_command(out, show, as_json, plot_path, overwrite):
     """Summarise a shard directory, re-measuring its statistics from the rows.
 
     Prints the manifest summary, then rows, tokens, the mask rate with a 95% interval,
-    the [MASK]/kept/random split, the NSP random fraction and a length histogram.
+    the [MASK]/kept/random split, the pair label's share (NSP's random B, SOP's swapped)
+    and a length histogram.
 
     \b
     Example:

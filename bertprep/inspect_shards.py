@@ -15,7 +15,7 @@ from bertprep import schema, storage
 from bertprep.errors import BertprepError
 from bertprep.manifest import confidence_interval
 from bertprep.masking import MaskingConfig, num_to_predict
-from bertprep.pair_quality import degenerate_pairs_warning, figures, likely_cause
+from bertprep.pair_quality import degenerate_pairs_warning, figures, likely_cause, rows_label
 
 
 def read_manifest(out) -> dict:
@@ -96,13 +96,17 @@ def measure(out) -> dict:
 
 def _share(k: int, n: int, expected: float) -> dict:
     low, high = confidence_interval(k, n)
-    sigma = math.sqrt(expected * (1 - expected) / n) if n else float("nan")
-    return {
-        "observed": k / n if n else float("nan"),
-        "expected": expected,
-        "ci95": [low, high],
-        "z": (k / n - expected) / sigma if n else float("nan"),
-    }
+    if not n:
+        return {"observed": float("nan"), "expected": expected, "ci95": [low, high], "z": float("nan")}
+    sigma = math.sqrt(expected * (1 - expected) / n)
+    deviation = k / n - expected  # an expected share of 0 or 1 has no spread: any deviation is infinite
+    z = deviation / sigma if sigma else (0.0 if deviation == 0 else math.copysign(math.inf, deviation))
+    return {"observed": k / n, "expected": expected, "ci95": [low, high], "z": z}
+
+
+def pairing(manifest: dict) -> str:
+    """The directory's pairing (nsp, sop or none); outputs written before `--pairs` are NSP."""
+    return manifest["options"].get("pairs", "nsp")
 
 
 def _pairs(manifest: dict, c: dict) -> dict:
@@ -110,7 +114,7 @@ def _pairs(manifest: dict, c: dict) -> dict:
     totals and the rows as measured, with the same warning (or None)."""
     rows = c["rows"]
     found = figures(manifest["totals"], rows, c["nsp_random"], c["tokens"] / rows if rows else 0.0,
-                    manifest["options"]["max_seq_length"])
+                    manifest["options"]["max_seq_length"], pairing(manifest))
     corpus = manifest.get("corpus", {})
     layout = (corpus.get("sentences", "lines"), corpus.get("document_separator"))
     cause = likely_cause(found, *layout) if found.degenerate() else None
@@ -138,7 +142,9 @@ def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
             "kept": _share(c["kept"], n, 0.1),
             "random": _share(c["random"], n, 0.1),
         },
-        "next_sentence_random": _share(c["nsp_random"], c["rows"], 0.5),
+        "pairing": pairing(manifest),
+        # The share of rows labelled 1: NSP's random B, SOP's swapped; 0 for FULL-SENTENCES.
+        "next_sentence_random": _share(c["nsp_random"], c["rows"], 0.0 if pairing(manifest) == "none" else 0.5),
         "pairs": _pairs(manifest, c),
         "length_histogram": histogram.tolist(),
         "manifest": {
@@ -172,25 +178,45 @@ def sample_rows(out, count: int) -> list[dict]:
     return samples
 
 
+# What a row's label means, by pairing: (label 0, label 1).
+_ROW_KINDS = {"nsp": ("actual next B", "random B"), "sop": ("in order", "swapped")}
+
+
 def decode_samples(out, count: int) -> list[str]:
-    """The first `count` rows of the first shard, both segments visible, each masked
-    position shown as [shown->original] (shown = [MASK], a random token or the same)."""
+    """The first `count` rows of the first shard, both segments visible (a
+    FULL-SENTENCES row has one), each masked position shown as [shown->original]
+    (shown = [MASK], a random token or the same)."""
+    kinds = _ROW_KINDS.get(pairing(read_manifest(out)))
     lines = []
     for sample in sample_rows(out, count):
         tokens = list(sample["tokens"])
         for pos, original in zip(sample[schema.MASKED_LM_POSITIONS], sample["masked_lm_tokens"]):
             tokens[pos] = f"[{tokens[pos]}->{original}]"
+        if kinds is None:  # FULL-SENTENCES: one segment, a [SEP] between documents
+            lines.append(f"#{sample['row']} ({len(tokens)} tokens, full sentences)")
+            lines.append("  " + " ".join(tokens))
+            continue
         boundary = sample[schema.TOKEN_TYPE_IDS].index(1)
-        kind = "random B" if sample[schema.NEXT_SENTENCE_LABEL] == 1 else "actual next B"
-        lines.append(f"#{sample['row']} ({len(tokens)} tokens, {kind})")
+        lines.append(f"#{sample['row']} ({len(tokens)} tokens, {kinds[sample[schema.NEXT_SENTENCE_LABEL]]})")
         lines.append("  A: " + " ".join(tokens[:boundary]))
         lines.append("  B: " + " ".join(tokens[boundary:]))
     return lines
 
 
+def _label_line(report: dict) -> str | None:
+    """The pair label's share, worded for the pairing; None for FULL-SENTENCES rows."""
+    share, kind = report["next_sentence_random"], report["pairing"]
+    interval = f"{share['observed']:.4f} (95% CI {share['ci95'][0]:.4f}-{share['ci95'][1]:.4f}"
+    if kind == "nsp":
+        return f"NSP random B: {interval}; above 0.5 because one-sentence chunks are always random, as in the reference)"
+    if kind == "sop":
+        return f"SOP swapped: {interval}; 0.5 expected)"
+    return None
+
+
 def format_report(report: dict) -> str:
     m = report["manifest"]
-    rate, split, nsp = report["mask_rate"], report["split"], report["next_sentence_random"]
+    rate, split = report["mask_rate"], report["split"]
     lines = [
         f"{m['created_by']}; tokenizer {m['tokenizer']['fingerprint'][:12]} "
         f"({m['tokenizer']['vocab_size']:,} tokens, {'uncased' if m['tokenizer']['lowercase'] else 'cased'})",
@@ -208,13 +234,13 @@ def format_report(report: dict) -> str:
         lines.append(
             f"  {name:>6}: {s['observed']:.4f} (95% CI {s['ci95'][0]:.4f}-{s['ci95'][1]:.4f}, expected {s['expected']:.2f}, z={s['z']:+.1f})"
         )
-    lines.append(
-        f"NSP random B: {nsp['observed']:.4f} (95% CI {nsp['ci95'][0]:.4f}-{nsp['ci95'][1]:.4f}; "
-        "above 0.5 because one-sentence chunks are always random, as in the reference)"
-    )
-    lines.append(f"pairs: {report['pairs']['description']}")
+    label = _label_line(report)
+    if label:
+        lines.append(label)
+    lines.append(f"{'rows' if report['pairing'] == 'none' else 'pairs'}: {report['pairs']['description']}")
     if report["pairs"]["likely_cause"]:
-        lines.append(f"warning: the NSP pairs degenerate; likely cause: {report['pairs']['likely_cause']}")
+        lines.append(f"warning: the {rows_label(report['pairing'])} degenerate; "
+                     f"likely cause: {report['pairs']['likely_cause']}")
     lines.append("length histogram:")
     lines.extend(_histogram_lines(report["length_histogram"]))
     return "\n".join(lines)

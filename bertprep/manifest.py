@@ -96,4 +96,4 @@ def confidence_interval(successes: int, trials: int, z: float = 1.96) -> tuple[f
     denom = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return (centre - half, centre + half)
+    return (max(0.0, centre - half), min(1.0, centre + half))  # rounding can step past 0 or 1

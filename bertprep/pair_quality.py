@@ -1,4 +1,4 @@
-"""Are the NSP pairs of a build any good? The figures, and one warning when they are not.
+"""Are the pairs (or rows) of a build any good? The figures, and one warning when they are not.
 
 Pairs degenerate when documents are short: a chunk of one sentence is always given a
 random B (REFERENCE.md: single-sentence chunks are random-next, so the random fraction
@@ -8,6 +8,10 @@ hard-wrapped prose read with `--sentences lines` or `split` makes every paragrap
 document. build-shards prints the warning after pairing, before publishing; `bertprep
 inspect` prints the same figures and warning from the manifest and the rows. It is not an
 error: a corpus of short texts (posts, titles) is legitimately short.
+
+What is checked follows the pairing (`--pairs`): NSP pairs by their random fraction and
+length; SOP pairs, whose label is a fair coin, and FULL-SENTENCES rows, which carry no
+label, by their length only.
 """
 from __future__ import annotations
 
@@ -24,6 +28,11 @@ RANDOM_FRACTION_WARNING = 0.625
 MEAN_LENGTH_WARNING = 0.5
 
 
+def rows_label(pairs: str) -> str:
+    """What a warning calls a build's rows: "NSP pairs", "SOP pairs" or "FULL-SENTENCES rows"."""
+    return {"nsp": "NSP pairs", "sop": "SOP pairs"}.get(pairs, "FULL-SENTENCES rows")
+
+
 @dataclass(frozen=True)
 class PairFigures:
     documents: int
@@ -35,6 +44,7 @@ class PairFigures:
     next_sentence_random: int
     mean_length: float
     max_seq_length: int
+    pairs: str = "nsp"  # the pairing: nsp, sop or none (instances.PAIRINGS)
 
     @property
     def random_fraction(self) -> float:
@@ -59,16 +69,23 @@ class PairFigures:
     def degenerate(self) -> bool:
         if not self.rows:
             return False
-        return (self.random_fraction >= RANDOM_FRACTION_WARNING
-                or self.mean_length < MEAN_LENGTH_WARNING * self.max_seq_length)
+        short = self.mean_length < MEAN_LENGTH_WARNING * self.max_seq_length
+        return short or (self.pairs == "nsp" and self.random_fraction >= RANDOM_FRACTION_WARNING)
+
+    @property
+    def label(self) -> str:
+        return rows_label(self.pairs)
 
     def describe(self) -> str:
         """"NSP random B 0.653, 30.6% single-sentence chunks, 21,718 documents of 6.1
-        sentences (52 tokens) on average, mean row length 57.0 of 128"."""
+        sentences (52 tokens) on average, mean row length 57.0 of 128"; SOP pairs give
+        their swapped fraction instead, FULL-SENTENCES rows (no label, no chunks) neither."""
         single = self.single_sentence_share
+        label = {"nsp": [f"NSP random B {self.random_fraction:.3f} (about 0.5 expected)"],
+                 "sop": [f"SOP swapped {self.random_fraction:.3f} (0.5 expected)"]}.get(self.pairs, [])
         return ", ".join(
-            [f"NSP random B {self.random_fraction:.3f} (about 0.5 expected)"]
-            + ([f"{single:.1%} single-sentence chunks"] if single is not None else [])
+            label
+            + ([f"{single:.1%} single-sentence chunks"] if single is not None and self.pairs != "none" else [])
             + [f"{self.documents:,} documents of {self.sentences_per_document:,.1f} sentences "
                f"({self.tokens_per_document:,.0f} tokens) on average",
                f"mean row length {self.mean_length:.1f} of {self.max_seq_length}"]
@@ -81,29 +98,36 @@ class PairFigures:
                 "tokens_per_document": self.tokens_per_document, "degenerate": self.degenerate()}
 
 
-def figures(totals: dict, rows: int, next_sentence_random: int, mean_length: float, max_seq_length: int) -> PairFigures:
+def figures(totals: dict, rows: int, next_sentence_random: int, mean_length: float, max_seq_length: int,
+            pairs: str = "nsp") -> PairFigures:
     """PairFigures from a manifest's "totals" (or the same sums over partitions) and the
-    rows' own counts."""
+    rows' own counts, for a build of pairing `pairs`."""
     return PairFigures(
         documents=totals["documents"], sentences=totals["sentences"], corpus_tokens=totals["corpus_tokens"],
         chunks=totals.get("chunks", 0), single_sentence_chunks=totals.get("single_sentence_chunks", 0),
         rows=rows, next_sentence_random=next_sentence_random, mean_length=mean_length,
-        max_seq_length=max_seq_length,
+        max_seq_length=max_seq_length, pairs=pairs,
     )
 
 
 def likely_cause(f: PairFigures, sentences: str, separator: str | None) -> str:
-    """What probably made the documents short, and the option that helps."""
+    """What probably made the documents (or rows) short, and the option that helps.
+    FULL-SENTENCES rows cross documents, so for them only long sentences or a small
+    corpus can."""
     target = f.max_seq_length - 3
-    if f.sentences == f.documents:
+    if f.sentences == f.documents and f.pairs != "none":
+        consequence = "no pair can be is-next" if f.pairs == "nsp" else "every pair splits a sentence"
         if sentences == "lines":
-            return ("every document is one sentence, so no pair can be is-next; if each line is a paragraph, "
+            return (f"every document is one sentence, so {consequence}; if each line is a paragraph, "
                     "use --sentences split, and for hard-wrapped books or articles --sentences prose")
-        return "every document is one sentence, so no pair can be is-next"
+        return f"every document is one sentence, so {consequence}"
     if f.tokens_per_sentence >= target / 2:
         hint = "; if a line holds a whole paragraph, use --sentences split" if sentences == "lines" else ""
         return (f"sentences are long (mean {f.tokens_per_sentence:,.0f} tokens) next to --max-seq-length "
-                f"{f.max_seq_length}, so most chunks are one sentence{hint}")
+                f"{f.max_seq_length}, so most {'rows' if f.pairs == 'none' else 'chunks'} are one sentence{hint}")
+    if f.pairs == "none":
+        return (f"the corpus is small ({f.corpus_tokens:,} tokens in {f.rows:,} rows): the last row of each "
+                "partition is only partly filled")
     short = f"documents are short ({f.tokens_per_document:,.0f} tokens on average, next to a target of {target})"
     if sentences != "prose":
         return (f"{short}; if each paragraph became a document (hard-wrapped books or articles read with "
@@ -119,4 +143,4 @@ def degenerate_pairs_warning(f: PairFigures, sentences: str, separator: str | No
     """The one warning for a build whose pairs degenerate, or None."""
     if not f.degenerate():
         return None
-    return f"the NSP pairs degenerate: {f.describe()}; likely cause: {likely_cause(f, sentences, separator)}"
+    return f"the {f.label} degenerate: {f.describe()}; likely cause: {likely_cause(f, sentences, separator)}"

@@ -122,3 +122,53 @@ def test_raw_wikitext_read_by_lines_is_told_to_split(tmp_path):
     [warning] = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert "NSP random B 0.8" in warning
     assert warning.endswith("if a line holds a whole paragraph, use --sentences split")
+
+
+def test_summaries_speak_of_the_pairing_built(corpus, vocab, tmp_path):
+    # Each pairing's label means something else: NSP's random B, SOP's swapped order,
+    # none for FULL-SENTENCES rows; summary, inspect and samples must say which.
+    runner = CliRunner()
+    shown = {}
+    for pairs in ("nsp", "sop", "none"):
+        args = ["build-shards", str(corpus), "--tokenizer", str(vocab), "--out", str(tmp_path / pairs), "--pairs", pairs,
+                "--cache-dir", str(tmp_path / "cache"), "--workers", "1", "--dupe-factor", "2"]
+        built = runner.invoke(main, args)
+        assert built.exit_code == 0, built.output
+        fraction = json.loads((tmp_path / pairs / "manifest.json").read_text())["statistics"]["next_sentence_random_fraction"]
+        [summary] = [line for line in built.stdout.splitlines() if line.startswith("  masked ")]
+        report = runner.invoke(main, ["inspect", str(tmp_path / pairs), "--show", "4"])
+        assert report.exit_code == 0, report.output
+        shown[pairs] = (summary, report.stdout, fraction)
+    summary, report, fraction = shown["nsp"]
+    assert f"; NSP random B {fraction:.3f}; " in summary and "swapped" not in report
+    assert "NSP random B: " in report and f"pairs: NSP random B {fraction:.3f} (about 0.5 expected)" in report
+    assert {line.split(", ")[-1] for line in report.splitlines() if line.startswith("#")} <= {"random B)", "actual next B)"}
+    summary, report, fraction = shown["sop"]
+    assert 0 < fraction < 1 and f"; SOP swapped {fraction:.3f}; " in summary and "NSP" not in summary + report
+    assert f"SOP swapped: {fraction:.4f} (95% CI " in report and "random B" not in report
+    kinds = [line.split(", ")[-1] for line in report.splitlines() if line.startswith("#")]
+    assert len(kinds) == 4 and set(kinds) <= {"in order)", "swapped)"}
+    summary, report, fraction = shown["none"]
+    assert fraction == 0 and "NSP" not in summary + report and "swapped" not in summary + report
+    assert "rows: " in report and "single-sentence" not in report
+    rows = [line for line in report.splitlines() if line.startswith("#")]
+    assert len(rows) == 4 and all(line.endswith(", full sentences)") for line in rows)
+    decoded = report.split("samples:\n")[1].splitlines()
+    assert all(line.startswith("  [CLS] ") and line.endswith(" [SEP]") for line in decoded[1::2])
+    as_json = json.loads(runner.invoke(main, ["inspect", str(tmp_path / "none"), "--json"]).stdout)
+    assert as_json["pairing"] == "none" and as_json["next_sentence_random"]["expected"] == 0.0
+    assert as_json["next_sentence_random"]["z"] == 0.0 and as_json["next_sentence_random"]["ci95"][0] == 0.0
+
+
+def test_one_document_is_enough_for_sop_and_full_sentences(vocab, tmp_path):
+    # Only NSP draws its random B from another document.
+    one = tmp_path / "one.txt"
+    one.write_text("".join(f"The cat number {i} sat on the mat near the door.\n" for i in range(60)))
+    refused = build_cli(tmp_path, one, tokenizer=vocab, out="nsp")
+    assert refused.exit_code == 1 and "NSP needs at least two documents, found 1" in refused.stderr
+    assert not (tmp_path / "nsp").exists()
+    for pairs in ("sop", "none"):
+        built = build_cli(tmp_path, one, tokenizer=vocab, out=pairs, pairs=pairs)
+        assert built.exit_code == 0, built.output
+        manifest = json.loads((tmp_path / pairs / "manifest.json").read_text())
+        assert manifest["totals"]["documents"] == 1 and manifest["totals"]["rows"] > 0

@@ -71,3 +71,27 @@ def test_one_sentence_documents_and_empty_builds():
         "likely cause: every document is one sentence, so no pair can be is-next")
     empty = PairFigures(0, 0, 0, 0, 0, 0, 0, 0.0, 128)
     assert not empty.degenerate() and "single-sentence" not in empty.describe()
+
+
+def test_sop_and_full_sentences_are_judged_by_length_only():
+    # SOP's label is a coin and FULL-SENTENCES rows have none: a high labelled share is
+    # not a sign of short documents there, short rows still are.
+    from dataclasses import replace
+
+    book = figures(21_718, 132_000, 52, 0.653, 100.0, 0.306)
+    assert book.degenerate()  # as NSP pairs: the random fraction warns
+    for pairs in ("sop", "none"):
+        assert not replace(book, pairs=pairs).degenerate()
+    short = replace(book, mean_length=57.0, pairs="sop")
+    warning = degenerate_pairs_warning(short, "lines", None)
+    assert warning.startswith("the SOP pairs degenerate: SOP swapped 0.653 (0.5 expected), 30.6% single-sentence chunks")
+    assert "NSP" not in warning and "random B" not in warning
+    one_sentence = replace(short, sentences=21_718)
+    assert "every pair splits a sentence" in degenerate_pairs_warning(one_sentence, "split", None)
+    rows = replace(one_sentence, pairs="none", next_sentence_random=0)
+    warning = degenerate_pairs_warning(rows, "split", None)
+    assert warning.startswith("the FULL-SENTENCES rows degenerate: 21,718 documents of 1.0 sentences")
+    assert "single-sentence" not in warning and "every document is one sentence" not in warning
+    assert warning.endswith("the last row of each partition is only partly filled")
+    long_sentences = replace(rows, corpus_tokens=21_718 * 100)
+    assert "so most rows are one sentence" in degenerate_pairs_warning(long_sentences, "split", None)
