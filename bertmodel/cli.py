@@ -116,7 +116,8 @@ def pretrain(**options):
     options["eval_data"] = list(options["eval_data"])
     options["report_to"] = list(options["report_to"])
     last = train(TrainConfig(**options))
-    finish_run(options["out"], last, ("step", "loss", "mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc"))
+    finish_run(options["out"], last, ("step", "loss", "mlm_acc", "nsp_acc", "sop_acc", "eval_mlm_acc", "eval_nsp_acc",
+                                   "eval_sop_acc"))
 
 
 def finish_run(out: str, last: dict, keys) -> None:

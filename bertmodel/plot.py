@@ -3,7 +3,7 @@
 Four panels, always in the same place so figures compare at a glance: training loss
 (raw, and smoothed with a debiased exponential moving average as TensorBoard draws it),
 learning rate, evaluation losses and the other evaluation metrics (every eval_* key:
-pre-training's eval_mlm_acc / eval_nsp_acc, fine-tuning's eval_accuracy, eval_f1,
+pre-training's eval_mlm_acc / eval_nsp_acc (eval_sop_acc), fine-tuning's eval_accuracy, eval_f1,
 eval_exact_match, ...) at the steps they were measured. With several runs, colour is the
 run (legend by run name) and line style / marker the metric.
 

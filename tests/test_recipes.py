@@ -156,7 +156,29 @@ def test_sop_trains_the_pair_head_on_sentence_order(real, tmp_path):
                  log=lambda *a: None)
     state = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "sop"))
     assert state["task"]["objective"] == "mlm+sop" and state["task"]["architecture"] == "BertForPreTraining"
-    assert "eval_nsp_acc" in last
+    # The pair figures are named for what the head learns: sentence order.
+    assert {"sop_acc", "sop_loss", "eval_sop_acc", "eval_sop_loss"} <= set(last)
+    assert not any(key.startswith(("nsp_", "eval_nsp_")) for key in last)
+    records = [json.loads(line) for line in (tmp_path / "sop" / "metrics.jsonl").read_text().splitlines()]
+    assert all("nsp_acc" not in r for r in records) and any("sop_acc" in r for r in records)
+
+
+@pytest.mark.parametrize("objective, data, held_out", [("mlm+sop", "sop", "nsp"), ("mlm+nsp", "nsp", "sop"),
+                                                       ("mlm+nsp", "nsp", "none")])
+def test_held_out_rows_of_another_pairing_score_mlm_only(real, tmp_path, objective, data, held_out):
+    # A pair head read against another pairing's labels measures nothing; MLM is
+    # measured the same way whatever the held-out rows are.
+    logged = []
+    last = train(config(real[data], tmp_path / "run", objective=objective, max_steps=2, eval_data=[str(real[held_out])],
+                        eval_batches=2), log=logged.append)
+    pair = objective.removeprefix("mlm+")
+    assert f"{pair}_acc" in last and "eval_mlm_acc" in last
+    assert not any(key.startswith(("eval_nsp", "eval_sop")) for key in last)
+    assert last["eval_loss"] == last["eval_mlm_loss"]  # no pair loss added in
+    assert any("held-out figures are MLM only" in line for line in logged)
+    same = train(config(real[data], tmp_path / "same", objective=objective, max_steps=2, eval_data=[str(real[data])],
+                        eval_batches=2), log=lambda *a: None)
+    assert f"eval_{pair}_acc" in same and same["eval_loss"] > same["eval_mlm_loss"]
 
 
 @pytest.mark.parametrize("pairs, objective, needs", [("nsp", "mlm+sop", "--pairs sop"),

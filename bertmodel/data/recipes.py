@@ -30,6 +30,9 @@ DEFAULT_OBJECTIVE = {"nsp": "mlm+nsp", "sop": "mlm+sop", "none": "mlm"}
 MASK_STREAM = 0x6D61736B  # "mask": keeps these draws apart from the sample order's PCG64([seed, epoch])
 
 
+PAIRING_WORDS = {"nsp": "next-sentence pairs", "sop": "sentence-order pairs", "none": "FULL-SENTENCES rows"}
+
+
 def pairing_of(shard_dirs) -> str:
     """The pairing all directories hold (manifests from before --pairs hold NSP pairs)."""
     kinds = {d.path: d.manifest.get("options", {}).get("pairs", "nsp") for d in shard_dirs}
@@ -44,7 +47,7 @@ def objective_for(requested: str | None, shard_dirs) -> str:
     if requested is None:
         return DEFAULT_OBJECTIVE[pairing]
     if requested not in SERVES[pairing]:
-        what = {"nsp": "next-sentence pairs", "sop": "sentence-order pairs", "none": "FULL-SENTENCES rows"}[pairing]
+        what = PAIRING_WORDS[pairing]
         need = {"mlm+nsp": "--pairs nsp", "mlm+sop": "--pairs sop"}[requested]
         raise BertmodelError(f"--objective {requested} needs shards built with {need}, but {shard_dirs[0].path} "
                              f"holds {what}; use --objective {' or '.join(SERVES[pairing])}")

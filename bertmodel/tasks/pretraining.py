@@ -16,7 +16,8 @@ import torch
 from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import ShardDataset, eval_batches
-from bertmodel.data.recipes import DynamicMasking, default_max_predictions, masking_vocabulary, objective_for
+from bertmodel.data.recipes import (PAIRING_WORDS, DynamicMasking, default_max_predictions, masking_vocabulary,
+                                    objective_for, pairing_of)
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
@@ -25,21 +26,28 @@ from bertmodel.model import BertForMaskedLM, BertForPreTraining
 from bertprep.masking import MaskingConfig
 
 
-class PretrainingStats(StepStats):
-    """MLM/NSP sums per logging interval, fed from the batch's tensors."""
+# The pair objective's name in metrics (nsp_acc, sop_loss, ...) and the pairing whose
+# labels it learns; MLM alone has neither.
+PAIR_METRIC = {"mlm+nsp": "nsp", "mlm+sop": "sop"}
 
-    def __init__(self, device, pair_head: bool = True):
+
+class PretrainingStats(StepStats):
+    """MLM and pair-head sums per logging interval, fed from the batch's tensors. The pair
+    figures are named for the objective (nsp_loss/nsp_acc, sop_loss/sop_acc); with
+    `pair` None (MLM alone, or held-out rows of another pairing) there are none."""
+
+    def __init__(self, device, pair: str | None = "nsp"):
         super().__init__(device)
-        self.pair_head = pair_head
+        self.pair = pair
 
     def add(self, out, tensors: dict) -> None:  # type: ignore[override]
         super().add(out, tensors["masked_lm_labels"], tensors["next_sentence_label"])
 
     def summarize(self, totals):  # type: ignore[override]
         summary = StepStats.summarize(totals)
-        if not self.pair_head:  # MLM alone: no pair loss or accuracy to report
-            summary.pop("nsp_loss")
-            summary.pop("nsp_acc")
+        loss, acc = summary.pop("nsp_loss"), summary.pop("nsp_acc")
+        if self.pair is not None:
+            summary[f"{self.pair}_loss"], summary[f"{self.pair}_acc"] = loss, acc
         return summary
 
 
@@ -63,6 +71,17 @@ class PretrainingTask:
         self.eval_data = self._open(cfg.eval_data) if cfg.eval_data else None
         if self.eval_data is not None and (diff := self.eval_data.tokenizer.same_as(self.tokenizer)):
             raise BertmodelError(f"--eval-data uses another tokenizer than --data ({diff})")
+        self.pair = PAIR_METRIC.get(self.objective)
+        # The pair head is scored on held-out rows of its own pairing only: an SOP head
+        # read against NSP labels (or any head against FULL-SENTENCES rows, which have
+        # none) measures nothing. MLM is measured the same way on any held-out shards.
+        self.eval_pair = self.pair
+        if self.eval_data is not None and self.pair is not None:
+            held_out = pairing_of(self.eval_data.dirs)
+            if held_out != self.pair:
+                self.eval_pair = None
+                log(f"--eval-data holds {PAIRING_WORDS[held_out]} and the run trains {self.objective}: "
+                    "held-out figures are MLM only")
 
     def _dynamic(self, shards: ShardDataset) -> DynamicMasking:
         options = shards.dirs[0].manifest.get("options", {})
@@ -137,7 +156,7 @@ class PretrainingTask:
 
     # -- what the loop asks per step -----------------------------------------------------
     def new_stats(self, device: torch.device) -> PretrainingStats:
-        return PretrainingStats(device, self.objective != "mlm")
+        return PretrainingStats(device, self.pair)
 
     def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
@@ -146,18 +165,22 @@ class PretrainingTask:
 
     @torch.no_grad()
     def evaluate(self, model, d: parallel.Dist, autocast) -> dict:
-        """MLM and NSP accuracy (and losses) on the first eval_batches batches of the
-        held-out shards, dropout off, on the plain module (no DDP hooks, no compiled
-        shapes to add)."""
+        """MLM and pair-head accuracy (and losses) on the first eval_batches batches of
+        the held-out shards, dropout off, on the plain module (no DDP hooks, no compiled
+        shapes to add). Held-out rows of another pairing than the objective's give MLM
+        figures only, and eval_loss is then the MLM loss."""
         was_training = model.training
         model.eval()
-        stats = PretrainingStats(d.device, self.objective != "mlm")
+        stats = PretrainingStats(d.device, self.eval_pair)
         for arrays in eval_batches(self.eval_data, self.cfg.batch_size, d.rank, d.world, self.cfg.eval_batches,
                                    model.config.max_position_embeddings):
             batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
-            with autocast:
-                out = model(**batch)
-            stats.add(out, batch)
+            labels = batch.pop("next_sentence_label")
+            with autocast:  # without pair labels the model's loss is the MLM loss alone
+                out = model(**batch, **({"next_sentence_label": labels} if self.eval_pair else {}))
+            if self.eval_pair is None:
+                out = out._replace(nsp_logits=None)  # nothing of the pair head is counted
+            stats.add(out, {**batch, "next_sentence_label": labels})
         model.train(was_training)
         summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
         return {f"eval_{k}": v for k, v in summary.items()}
