@@ -21,7 +21,9 @@ a step's large gradients are otherwise page-faulted in afresh every step); hf ru
 transformers user's process does, with glibc's defaults, and hf-keep shows how much of
 the difference that setting alone makes.
 One step = forward + backward + clip + AdamW (torch's, our decay groups, fused where
-this torch has it), dropout on.
+this torch has it), dropout on; ours clips as bertmodel's loop does (inside fused AdamW's
+kernel, optim.clip_and_step), transformers as its Trainer does (clip_grad_norm_, a pass
+over every gradient, then the step).
 
 Two timing methods, both reported:
   isolated      every variant in a fresh process, alternating (ours, hf, ours, hf, ...),
@@ -65,7 +67,7 @@ from bertmodel.model import BertForPreTraining, BertForSequenceClassification
 from bertmodel.model.linear import set_cpu_matmul
 from bertmodel.model.unpad import resolve as resolve_unpad
 from bertmodel.model.unpad import set_unpad
-from bertmodel.optim import build_optimizer
+from bertmodel.optim import build_optimizer, clip_and_step
 from bertmodel.testing import SHARED, build_corpus_shards, wiki_to_reference_layout
 
 # case -> (head, preset, batch, shards' max_seq_length, variants)
@@ -133,8 +135,10 @@ def hf_twin(ours, head: str):
     return hf
 
 
-def stepper(model, forward, inputs: dict):
-    """One training step of `model` (its parameters, optimizer) run through `forward`."""
+def stepper(model, forward, inputs: dict, ours: bool = True):
+    """One training step of `model` (its parameters, optimizer) run through `forward`:
+    ours as bertmodel's loop steps (optim.clip_and_step: the clip folded into fused
+    AdamW), transformers' as its Trainer does (clip_grad_norm_, then the fused step)."""
     opt = build_optimizer(model, "adamw", 1e-4, 0.01, torch.device("cpu"))
     params = list(model.parameters())
     model.train()
@@ -143,8 +147,11 @@ def stepper(model, forward, inputs: dict):
         t = time.perf_counter()
         loss = forward(**inputs).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        if ours:
+            clip_and_step(opt, params, 1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
         opt.zero_grad(set_to_none=True)
         return time.perf_counter() - t
 
@@ -167,7 +174,7 @@ def make_step(case: str, variant: str, b: dict, vocab_size: int):
     ours = BertForPreTraining(config) if head == "pretrain" else BertForSequenceClassification(config, 2)
     if variant in ("hf", "hf-keep"):
         hf = hf_twin(ours, head)
-        return stepper(hf, hf, hf_pretrain_inputs(b) if head == "pretrain" else b)
+        return stepper(hf, hf, hf_pretrain_inputs(b) if head == "pretrain" else b, ours=False)
     if variant == "unpad" or (variant == "torch-mm" and auto_variant(case) == "unpad"):
         set_unpad(ours, "repad")
     forward = parallel.wrap(ours, parallel.Dist(), compile=True) if variant == "compile" else ours
