@@ -24,8 +24,9 @@ TOKENIZER_HELP = "vocab.txt, tokenizer.json or tokenizer dir"
 @click.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name="bertmodel")
 def main():
-    """Pre-train BERT (masked LM + next sentence prediction) on bertprep shards and
-    export checkpoints that transformers loads as BertForPreTraining.
+    """Pre-train BERT (masked LM + next sentence prediction, sentence order, or masked LM
+    alone) on bertprep shards and export checkpoints that transformers loads as
+    BertForPreTraining (BertForMaskedLM for masked LM alone).
 
     \b
     Example:
@@ -81,7 +82,8 @@ def _opt(name: str, **kwargs):
 @_opt("--save-every", type=click.IntRange(min=1), help="Checkpoint (and refresh RUN/hf/) every N steps.")
 @_opt("--keep-last", type=click.IntRange(min=1), help="Checkpoints to keep.")
 @click.option("--eval-data", multiple=True, type=click.Path(exists=True, file_okay=False),
-              help="Shard directory to evaluate MLM/NSP accuracy on (repeatable).")
+              help="Shard directory to evaluate MLM and pair-head (NSP/SOP) accuracy on (repeatable); "
+                   "shards of another pairing give MLM figures only.")
 @_opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: at the end only).")
 @_opt("--eval-batches", type=click.IntRange(min=1), help="Batches per evaluation.")
 @_opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps.")

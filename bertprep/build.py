@@ -209,12 +209,12 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
             partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
             total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
             if total_rows == 0:
-                raise BertprepError(f"{_inputs_label(spec)}: no NSP instances could be built (documents too short?)")
+                what = {"nsp": "no NSP pairs", "sop": "no SOP pairs"}.get(config.pairs, "no FULL-SENTENCES rows")
+                raise BertprepError(f"{_inputs_label(spec)}: {what} could be built (documents too short?)")
             num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
             num_shards = min(num_shards, total_rows)
             stats = _scatter_stage(ctx, config, partitions, num_shards, executor)
-            if config.pairs == "nsp":  # the degenerate-pairs figures are about NSP's random B
-                warnings.extend(_pair_warnings(spec, config, stats, partitions))
+            warnings.extend(_pair_warnings(spec, config, stats, partitions))  # judged by the pairing's own rules
             warnings.extend(cap_warnings(stats["length_histogram"], ctx.masking))
             shards = _gather_stage(ctx, config, partitions, num_shards, staging, executor)
             report = executor.report()
@@ -287,7 +287,7 @@ def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict]
 
 
 def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partitions: list[dict]) -> list[str]:
-    """One warning when documents are so short that the pairs degenerate (pair_quality.py)."""
+    """One warning when documents are so short that the pairs (or rows) degenerate (pair_quality.py)."""
     rows = stats.get("rows", 0)
     totals = {key: sum(p.get(key, 0) for p in partitions)
               for key in ("documents", "sentences", "chunks", "single_sentence_chunks")}

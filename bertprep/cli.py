@@ -17,7 +17,8 @@ from bertprep.clikit import (  # noqa: F401  (command modules import these from 
 @click.version_option(__version__, "--version", prog_name="bertprep")
 def main():
     """Turn a text corpus into BERT pre-training data: a WordPiece tokenizer, then
-    Arrow shards of masked next-sentence-prediction pairs.
+    Arrow shards of masked next-sentence-prediction pairs (or sentence-order pairs, or
+    FULL-SENTENCES rows).
 
     \b
     Example:

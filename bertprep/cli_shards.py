@@ -40,11 +40,12 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @user_errors
 def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, tokenizer_path, out, workers, overwrite, quiet, **options):
-    """Build masked next-sentence-prediction pairs into Arrow shards.
+    """Build masked next-sentence-prediction pairs (or --pairs sop|none) into Arrow shards.
 
     Reads INPUT... (text with a sentence per line and a blank line between documents,
     compressed text, JSONL/Parquet with --text-field, or --dataset), makes
-    [CLS] A [SEP] B [SEP] pairs as Google's create_pretraining_data.py does, applies
+    [CLS] A [SEP] B [SEP] pairs as Google's create_pretraining_data.py does (--pairs sop:
+    ALBERT's sentence-order pairs; --pairs none: RoBERTa's FULL-SENTENCES rows), applies
     static masking, shuffles globally and writes Arrow shards that
     datasets.load_from_disk(OUT) opens. Rerunning an interrupted build resumes it.
 

@@ -63,6 +63,11 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
     }
 
 
+# What a directory's rows are, by pairing (--pairs), for dataset_info.json.
+DESCRIPTIONS = {"nsp": "masked LM + next sentence prediction", "sop": "masked LM + sentence order prediction",
+                "none": "masked LM, FULL-SENTENCES rows"}
+
+
 def write_dataset_files(directory, shards: list[dict], vocab_size: int, manifest: dict) -> None:
     directory = storage.path(directory)
     # A content fingerprint, so two identical builds have identical state.json too.
@@ -79,7 +84,7 @@ def write_dataset_files(directory, shards: list[dict], vocab_size: int, manifest
         "_split": None,
     }
     info = {
-        "description": "BERT pre-training instances (masked LM + next sentence prediction) built by bertprep",
+        "description": f"BERT pre-training instances ({DESCRIPTIONS[manifest['options'].get('pairs', 'nsp')]}) built by bertprep",
         "features": schema.features_dict(vocab_size),
         "dataset_size": sum(s["bytes"] for s in shards),
         "size_in_bytes": sum(s["bytes"] for s in shards),

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from bertprep.corpus import plural
+
 # Thresholds. The random fraction is 0.5 + half the share of one-sentence chunks; 0.625
 # means one chunk in four is a single sentence. Measured at --max-seq-length 128 on the
 # shared data: Wikipedia read with --sentences split 0.541 (8% one-sentence chunks),
@@ -86,7 +88,7 @@ class PairFigures:
         return ", ".join(
             label
             + ([f"{single:.1%} single-sentence chunks"] if single is not None and self.pairs != "none" else [])
-            + [f"{self.documents:,} documents of {self.sentences_per_document:,.1f} sentences "
+            + [f"{plural(self.documents, 'document')} of {self.sentences_per_document:,.1f} sentences "
                f"({self.tokens_per_document:,.0f} tokens) on average",
                f"mean row length {self.mean_length:.1f} of {self.max_seq_length}"]
         )

@@ -172,3 +172,28 @@ def test_one_document_is_enough_for_sop_and_full_sentences(vocab, tmp_path):
         assert built.exit_code == 0, built.output
         manifest = json.loads((tmp_path / pairs / "manifest.json").read_text())
         assert manifest["totals"]["documents"] == 1 and manifest["totals"]["rows"] > 0
+
+
+def test_short_sop_and_full_sentences_rows_warn_at_build_time(vocab, tmp_path):
+    # Documents of two short sentences: SOP pairs stay inside a document, so rows are
+    # short; FULL-SENTENCES rows cross documents and fill up, so only SOP warns. A corpus
+    # smaller than one row leaves a FULL-SENTENCES build short as well.
+    short = tmp_path / "short.txt"
+    short.write_text("".join(f"The cat {w} sat.\nThe dog ran far.\n\n" for w in ["a", "b", "c", "d"] * 40))
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("The cat sat.\nThe dog ran.\n")
+    sop = build_cli(tmp_path, short, tokenizer=vocab, out="sop", pairs="sop")
+    assert sop.exit_code == 0, sop.output
+    [warning] = [line for line in sop.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith("warning: the SOP pairs degenerate: SOP swapped ") and "NSP" not in warning
+    assert "documents are short" in warning
+    packed = build_cli(tmp_path, short, tokenizer=vocab, out="packed", pairs="none")
+    assert packed.exit_code == 0, packed.output
+    assert "warning:" not in packed.stderr
+    small = build_cli(tmp_path, tiny, tokenizer=vocab, out="small", pairs="none")
+    assert small.exit_code == 0, small.output
+    [warning] = [line for line in small.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith("warning: the FULL-SENTENCES rows degenerate: 1 document of 2.0 sentences")
+    assert warning.endswith("the last row of each partition is only partly filled")
+    info = json.loads((tmp_path / "small" / "dataset_info.json").read_text())
+    assert info["description"] == "BERT pre-training instances (masked LM, FULL-SENTENCES rows) built by bertprep"

@@ -33,9 +33,14 @@ MASK_STREAM = 0x6D61736B  # "mask": keeps these draws apart from the sample orde
 PAIRING_WORDS = {"nsp": "next-sentence pairs", "sop": "sentence-order pairs", "none": "FULL-SENTENCES rows"}
 
 
+def pairing_of_dir(shard_dir) -> str:
+    """The pairing one directory holds (manifests from before --pairs hold NSP pairs)."""
+    return shard_dir.manifest.get("options", {}).get("pairs", "nsp")
+
+
 def pairing_of(shard_dirs) -> str:
-    """The pairing all directories hold (manifests from before --pairs hold NSP pairs)."""
-    kinds = {d.path: d.manifest.get("options", {}).get("pairs", "nsp") for d in shard_dirs}
+    """The pairing all directories hold; different ones are an error."""
+    kinds = {d.path: pairing_of_dir(d) for d in shard_dirs}
     if len(set(kinds.values())) > 1:
         listed = ", ".join(f"{p} ({k})" for p, k in kinds.items())
         raise BertmodelError(f"the shard directories hold different pairings: {listed}; train on one kind")

@@ -17,7 +17,7 @@ from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import ShardDataset, eval_batches
 from bertmodel.data.recipes import (PAIRING_WORDS, DynamicMasking, default_max_predictions, masking_vocabulary,
-                                    objective_for, pairing_of)
+                                    objective_for, pairing_of_dir)
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
@@ -77,11 +77,11 @@ class PretrainingTask:
         # none) measures nothing. MLM is measured the same way on any held-out shards.
         self.eval_pair = self.pair
         if self.eval_data is not None and self.pair is not None:
-            held_out = pairing_of(self.eval_data.dirs)
-            if held_out != self.pair:
+            kinds = {pairing_of_dir(d) for d in self.eval_data.dirs}  # a mix is fine: MLM only
+            if kinds != {self.pair}:
                 self.eval_pair = None
-                log(f"--eval-data holds {PAIRING_WORDS[held_out]} and the run trains {self.objective}: "
-                    "held-out figures are MLM only")
+                held = " and ".join(PAIRING_WORDS[k] for k in sorted(kinds))
+                log(f"--eval-data holds {held} and the run trains {self.objective}: held-out figures are MLM only")
 
     def _dynamic(self, shards: ShardDataset) -> DynamicMasking:
         options = shards.dirs[0].manifest.get("options", {})
