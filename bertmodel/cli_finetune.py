@@ -164,9 +164,10 @@ def qa(**options):
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
 @unpad_option
+@click.option("--overwrite", is_flag=True, help="Replace the prediction files an earlier evaluation left in --out.")
 @data_options(defaults=False)
 @user_errors
-def evaluate(run, data, out, device, unpad, **options):
+def evaluate(run, data, out, device, unpad, overwrite, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
@@ -179,7 +180,7 @@ def evaluate(run, data, out, device, unpad, **options):
     if data:
         options["validation"] = data
         options["dataset"] = None
-    metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad)
+    metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite)
     click.echo(json.dumps(metrics, sort_keys=True))
     click.echo(f"predictions: {', '.join(map(str, paths))}", err=True)
 

@@ -172,7 +172,8 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     step.run("bertmodel", "finetune", "classify", "--model", str(run), "--train", str(task_train),
              "--validation", str(task_dev), "--out", str(finetuned), "--epochs", f"{finetune_epochs:g}", "--batch-size", "32",
              "--lr", "2e-4", "--device", "cpu", "--no-progress")
-    metrics = json.loads(step.run("bertmodel", "evaluate", str(finetuned)).splitlines()[0])
+    # --overwrite: a rerun of the demo replaces its own earlier predictions
+    metrics = json.loads(step.run("bertmodel", "evaluate", str(finetuned), "--overwrite").splitlines()[0])
     click.echo(f"validation accuracy {metrics['accuracy']:.3f} (macro-F1 {metrics['macro_f1']:.3f}); always guessing "
                f"the largest class would score {majority_baseline(task_dev):.3f}")
     step.run("bertmodel", "predict", str(finetuned), "Return a new event loop for the current thread.",

@@ -76,16 +76,26 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     return task, net.to(d.device).eval(), d
 
 
-def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu",
-                   unpad: str = "auto") -> tuple[dict, list[Path]]:
+PREDICTION_FILES = {"classify": ("predictions.jsonl",), "qa": ("predictions.json", "nbest_predictions.json")}
+
+
+def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpad: str = "auto",
+                   overwrite: bool = False) -> tuple[dict, list[Path]]:
     """The task's metrics on the validation data (0-100 for SQuAD, as the official script)
-    and the prediction files written into out_dir (default: the model's run dir)."""
+    and the prediction files written into out_dir (default: the model's run dir). Files
+    an earlier evaluation left there are replaced only with `overwrite`, and that is
+    checked before any work: they may be another data set's predictions."""
     task, net, d = _setup(model, options, device, unpad=unpad)
     if task.validation is None:
         raise BertmodelError(f"{model}: no evaluation data; pass --data FILE (or --dataset NAME)")
     out_dir = Path(out_dir) if out_dir else Path(model)
+    qa = hasattr(task, "validation_windows")
+    paths = [out_dir / name for name in PREDICTION_FILES["qa" if qa else "classify"]]
+    if not overwrite and (existing := next((p for p in paths if p.exists()), None)):
+        raise BertmodelError(f"{existing}: already exists (an earlier evaluation's predictions); pass --overwrite "
+                             "to replace it, or --out DIR")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if d.device.type == "cuda" else contextlib.nullcontext()
-    if hasattr(task, "validation_windows"):
+    if qa:
         from bertmodel.tasks.qa import write_qa_outputs
 
         metrics = task.evaluate(net, d, autocast)
@@ -93,7 +103,6 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu",
     else:
         logits = task.predict(net, task.validation, d.device, autocast, task.cfg.eval_batch_size)
         metrics = task.evaluate(net, d, autocast, logits=logits)
-        paths = [out_dir / "predictions.jsonl"]
         _write_jsonl(paths[0], task.prediction_records(logits))
     return {k.removeprefix("eval_"): v for k, v in metrics.items()}, paths
 

@@ -115,6 +115,26 @@ def test_evaluate_prints_one_json_object_that_matches_its_predictions(pair_run, 
                                                                           abs=1e-4)
 
 
+def test_evaluate_keeps_earlier_predictions_without_overwrite(pair_run, pair_files, tmp_path):
+    # Predictions of another data set (here: the first dev rows only) are the user's:
+    # a second evaluation into the same place refuses before any work, and replaces
+    # them with --overwrite.
+    subset = tmp_path / "dev-head.tsv"
+    subset.write_text("\n".join(pair_files[1].read_text().splitlines()[:4]) + "\n")
+    out = tmp_path / "eval"
+    assert invoke("evaluate", pair_run, "--data", subset, "--out", out).exit_code == 0
+    first = (out / "predictions.jsonl").read_bytes()
+    assert len(read_jsonl(out / "predictions.jsonl")) == 3
+    again = invoke("evaluate", pair_run, "--out", out)
+    assert again.exit_code == 1 and again.stdout == ""
+    assert again.stderr == (f"Error: {out / 'predictions.jsonl'}: already exists (an earlier evaluation's predictions); "
+                            "pass --overwrite to replace it, or --out DIR\n")
+    assert (out / "predictions.jsonl").read_bytes() == first
+    replaced = invoke("evaluate", pair_run, "--out", out, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert len(read_jsonl(out / "predictions.jsonl")) == len(pair_files[1].read_text().splitlines()) - 1
+
+
 def test_evaluate_and_predict_take_unpad_and_agree_across_it(pair_run, tmp_path):
     from bertmodel.evaluation import _setup
 
@@ -297,6 +317,8 @@ def test_qa_end_to_end_writes_official_predictions_and_scores(qa_run, tmp_path):
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout)
     assert 0 <= metrics["exact_match"] <= 100 and metrics["exact_match"] <= metrics["f1"] <= 100
+    again = invoke("evaluate", out, "--out", tmp_path)  # SQuAD's two files are kept as well
+    assert again.exit_code == 1 and f"{tmp_path / 'predictions.json'}: already exists" in again.stderr
     assert metrics["f1"] == pytest.approx(evals[-1]["eval_f1"])
     predictions = json.loads((tmp_path / "predictions.json").read_text())
     nbest = json.loads((tmp_path / "nbest_predictions.json").read_text())
