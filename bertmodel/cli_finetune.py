@@ -215,7 +215,7 @@ def predict(run, texts, pairs, file, question, context, device, unpad):
     if file:
         records = _read_jsonl(file)
         texts = [r["text"] for r in records]
-        pairs = [r["text_pair"] for r in records] if records and "text_pair" in records[0] else ()
+        pairs = [r["text_pair"] for r in records] if isinstance(records[0].get("text_pair"), str) else ()
     if not texts:
         raise click.UsageError("give texts, --file, or --question with --context")
     if pairs and len(pairs) != len(texts):
@@ -242,7 +242,15 @@ def _read_jsonl(path) -> list[dict]:
                 raise BertmodelError(f"{path}: line {n} is not JSON ({exc})") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise BertmodelError(f"{path}: line {n} has no \"text\" string")
-            records.append(record)
+            records.append((n, record))
     if not records:
         raise BertmodelError(f"{path}: no records")
-    return records
+    # Pairs or single texts, the same for every record: a pair on some lines only would
+    # otherwise be dropped (or be a KeyError) without a word.
+    paired = [(n, isinstance(r.get("text_pair"), str)) for n, r in records]
+    if any(has for _, has in paired) and not all(has for _, has in paired):
+        with_pair = next(n for n, has in paired if has)
+        without = next(n for n, has in paired if not has)
+        raise BertmodelError(f"{path}: line {without} has no \"text_pair\" string, but line {with_pair} has one; "
+                             "give every record a text_pair, or none")
+    return [r for _, r in records]

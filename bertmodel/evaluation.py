@@ -120,12 +120,14 @@ def predict_texts(model, texts: list[str], pairs: list[str] | None = None, devic
                                                                          task.multiple).items()}
     with torch.no_grad():
         logits = net(**batch).logits.float().cpu()
+    inputs = [{"text": t} if pairs is None else {"text": t, "text_pair": pair}
+              for t, pair in zip(texts, pairs or texts)]
     if task.labels.regression:
-        return [{"text": t, "prediction": float(v)} for t, v in zip(texts, logits[:, 0])]
+        return [{**given, "prediction": float(v)} for given, v in zip(inputs, logits[:, 0])]
     probs = torch.softmax(logits.double(), -1).numpy()
     names = [str(n) for n in task.labels.decode(list(range(task.labels.num_labels)))]
-    return [{"text": t, "label": names[int(p.argmax())], "probability": float(p.max()),
-             "probabilities": dict(zip(names, map(float, p)))} for t, p in zip(texts, probs)]
+    return [{**given, "label": names[int(p.argmax())], "probability": float(p.max()),
+             "probabilities": dict(zip(names, map(float, p)))} for given, p in zip(inputs, probs)]
 
 
 def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu",

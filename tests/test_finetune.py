@@ -115,6 +115,27 @@ def test_evaluate_prints_one_json_object_that_matches_its_predictions(pair_run, 
                                                                           abs=1e-4)
 
 
+def test_predict_file_labels_each_record_as_the_command_line_does(pair_run, tmp_path):
+    records = [{"text": "w1 w2 w3", "text_pair": "w4 w5"}, {"text": "w6", "text_pair": "w7 w8 w9 w1"}]
+    given = tmp_path / "pairs.jsonl"
+    given.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = invoke("predict", pair_run, "--file", given)
+    assert result.exit_code == 0, result.output
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [{k: r[k] for k in ("text", "text_pair")} for r in out] == records
+    assert all(sum(r["probabilities"].values()) == pytest.approx(1) for r in out)
+    lines = invoke("predict", pair_run, "w1 w2 w3", "w6", "--pair", "w4 w5", "--pair", "w7 w8 w9 w1").stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [r["label"] for r in out]
+    assert [float(line.split("\t")[1]) for line in lines] == pytest.approx([r["probability"] for r in out], abs=1e-4)
+    # A pair on some lines only is refused, naming both lines, rather than dropped.
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(records[0]) + "\n" + json.dumps({"text": "w6"}) + "\n")
+    refused = invoke("predict", pair_run, "--file", mixed)
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr == (f"Error: {mixed}: line 2 has no \"text_pair\" string, but line 1 has one; "
+                              "give every record a text_pair, or none\n")
+
+
 def test_evaluate_keeps_earlier_predictions_without_overwrite(pair_run, pair_files, tmp_path):
     # Predictions of another data set (here: the first dev rows only) are the user's:
     # a second evaluation into the same place refuses before any work, and replaces
