@@ -23,10 +23,13 @@ def torchrun(*args):
 
 
 @pytest.mark.slow
-def test_ddp_two_ranks_train_and_resume_exactly(tmp_path):
+@pytest.mark.parametrize("recipe", [[], ["--masking", "dynamic", "--mask-rate", "0.3"]], ids=["static", "dynamic"])
+def test_ddp_two_ranks_train_and_resume_exactly(tmp_path, recipe):
+    # Dynamic masks are drawn per rank from (seed, epoch, batch position, rank): a
+    # resumed DDP run must draw the very same ones.
     shards = small_shard_dir(tmp_path / "small", rows=96)
     common = ["--data", shards, "--preset", "tiny", "--batch-size", 2, "--grad-accum", 2, "--max-steps", 4,
-              "--log-every", 1, "--lr", "1e-3", "--warmup-steps", 1, "--save-every", 100, "--no-progress"]
+              "--log-every", 1, "--lr", "1e-3", "--warmup-steps", 1, "--save-every", 100, "--no-progress", *recipe]
     done = torchrun(*common, "--out", tmp_path / "straight")
     assert done.stdout.count("model: ") == 1  # only rank 0 logs
     assert done.stdout.count(f"{tmp_path / 'straight'}: step 4") == 1  # and prints the summary, once
