@@ -76,7 +76,8 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
         for line in result.executor.summary().splitlines():
             click.echo(f"  {line}")
     labelled = stats["next_sentence_random_fraction"]
-    label = {"nsp": f"NSP random B {labelled:.3f}; ", "sop": f"SOP swapped {labelled:.3f}; "}.get(m["options"]["pairs"], "")
+    label = {"nsp": f"NSP random B {labelled:.3f}; ",
+             "sop": f"SOP swapped {labelled:.3f}; "}.get(m["options"]["pairs"], "")  # none: no label
     click.echo(
         f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
         f"random {stats['share_random']:.3f}; {label}mean length {stats['mean_length']:.1f}"

@@ -208,7 +208,8 @@ def _label_line(report: dict) -> str | None:
     share, kind = report["next_sentence_random"], report["pairing"]
     interval = f"{share['observed']:.4f} (95% CI {share['ci95'][0]:.4f}-{share['ci95'][1]:.4f}"
     if kind == "nsp":
-        return f"NSP random B: {interval}; above 0.5 because one-sentence chunks are always random, as in the reference)"
+        return (f"NSP random B: {interval}; above 0.5 because one-sentence chunks are always random, "
+                "as in the reference)")
     if kind == "sop":
         return f"SOP swapped: {interval}; 0.5 expected)"
     return None

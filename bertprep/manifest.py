@@ -84,7 +84,8 @@ def write_dataset_files(directory, shards: list[dict], vocab_size: int, manifest
         "_split": None,
     }
     info = {
-        "description": f"BERT pre-training instances ({DESCRIPTIONS[manifest['options'].get('pairs', 'nsp')]}) built by bertprep",
+        "description": (f"BERT pre-training instances ({DESCRIPTIONS[manifest['options'].get('pairs', 'nsp')]}) "
+                        "built by bertprep"),
         "features": schema.features_dict(vocab_size),
         "dataset_size": sum(s["bytes"] for s in shards),
         "size_in_bytes": sum(s["bytes"] for s in shards),
