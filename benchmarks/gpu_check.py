@@ -82,9 +82,10 @@ def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertC
     sync(device)
     elapsed = time.perf_counter() - t0
     timed = [batches[i % len(batches)] for i in range(steps)]
-    flops = sum(step_flops(config, b, unpadded) for b in timed)
+    extents = [unpadded_extent(b["attention_mask"]) for b in timed]
+    flops = sum(step_flops(config, b, e if unpadded else None) for b, e in zip(timed, extents))
     samples = sum(b["input_ids"].shape[0] for b in timed)
-    real_tokens = sum(int(b["attention_mask"].sum()) for b in timed)
+    real_tokens = sum(e["tokens"] for e in extents)
     peak = peak_flops(device)
     loss_values = [float(x) for x in losses]
     return {"samples_s": samples / elapsed, "tokens_s": real_tokens / elapsed, "ms_step": 1e3 * elapsed / steps,
@@ -92,12 +93,12 @@ def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertC
             "first_loss": loss_values[0], "last_loss": loss_values[-1]}
 
 
-def step_flops(config: BertConfig, b: dict, unpadded: bool) -> float:
-    """What one step computes: padded, every (B, T) position; unpadded, the real tokens
-    and each sequence's own attention pairs (as the trainer counts them)."""
+def step_flops(config: BertConfig, b: dict, extent: dict | None) -> float:
+    """What one step computes: padded (extent None), every (B, T) position; unpadded, the
+    real tokens and each sequence's own attention pairs of `extent` (metrics.unpadded_extent,
+    as the trainer counts them)."""
     batch, seq = b["input_ids"].shape
-    extent = unpadded_extent(b["attention_mask"]) if unpadded else {}
-    return train_flops(config, batch, seq, b["masked_lm_positions"].shape[1], **extent)
+    return train_flops(config, batch, seq, b["masked_lm_positions"].shape[1], **(extent or {}))
 
 
 def report(name: str, r: dict) -> None:

@@ -233,7 +233,7 @@ def predict(run, texts, pairs, file, question, context, device, unpad):
 def _read_jsonl(path) -> list[dict]:
     from bertmodel.errors import BertmodelError
 
-    records = []
+    records, lines = [], {False: [], True: []}  # line numbers without / with a text_pair
     for n, line in enumerate(open(path, encoding="utf-8"), 1):
         if line.strip():
             try:
@@ -242,15 +242,14 @@ def _read_jsonl(path) -> list[dict]:
                 raise BertmodelError(f"{path}: line {n} is not JSON ({exc})") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise BertmodelError(f"{path}: line {n} has no \"text\" string")
-            records.append((n, record))
+            records.append(record)
+            # Pairs or single texts, the same for every record: a pair on some lines only
+            # would otherwise be dropped (or be a KeyError) without a word.
+            lines[isinstance(record.get("text_pair"), str)].append(n)
     if not records:
         raise BertmodelError(f"{path}: no records")
-    # Pairs or single texts, the same for every record: a pair on some lines only would
-    # otherwise be dropped (or be a KeyError) without a word.
-    paired = [(n, isinstance(r.get("text_pair"), str)) for n, r in records]
-    if any(has for _, has in paired) and not all(has for _, has in paired):
-        with_pair = next(n for n, has in paired if has)
-        without = next(n for n, has in paired if not has)
-        raise BertmodelError(f"{path}: line {without} has no \"text_pair\" string, but line {with_pair} has one; "
-                             "give every record a text_pair, or none")
-    return [r for _, r in records]
+    without, with_pair = lines[False], lines[True]
+    if without and with_pair:
+        raise BertmodelError(f"{path}: line {without[0]} has no \"text_pair\" string, but line {with_pair[0]} has "
+                             "one; give every record a text_pair, or none")
+    return records

@@ -99,7 +99,7 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
         from bertmodel.tasks.qa import write_qa_outputs
 
         metrics = task.evaluate(net, d, autocast)
-        paths = write_qa_outputs(out_dir, *task.last_predictions)
+        write_qa_outputs(paths, *task.last_predictions)
     else:
         logits = task.predict(net, task.validation, d.device, autocast, task.cfg.eval_batch_size)
         metrics = task.evaluate(net, d, autocast, logits=logits)

@@ -32,7 +32,7 @@ from bertprep.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.executor import TaskCost, make_executor
 from bertprep.manifest import build_manifest, write_dataset_files
 from bertprep.masking import cap_warnings
-from bertprep.pair_quality import degenerate_pairs_warning, figures
+from bertprep.pair_quality import degenerate_pairs_warning, figures, rows_label
 from bertprep.plan import merge_read_stats, plan_partitions
 from bertprep.row_stats import merge_stats
 from bertprep.progress import BuildProgress
@@ -209,8 +209,8 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
             partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
             total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
             if total_rows == 0:
-                what = {"nsp": "no NSP pairs", "sop": "no SOP pairs"}.get(config.pairs, "no FULL-SENTENCES rows")
-                raise BertprepError(f"{_inputs_label(spec)}: {what} could be built (documents too short?)")
+                raise BertprepError(f"{_inputs_label(spec)}: no {rows_label(config.pairs)} could be built "
+                                    "(documents too short?)")
             num_shards = config.num_shards or max(1, math.ceil(total_rows / config.shard_rows))
             num_shards = min(num_shards, total_rows)
             stats = _scatter_stage(ctx, config, partitions, num_shards, executor)

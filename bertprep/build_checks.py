@@ -40,7 +40,7 @@ def contradicted_options(directory: pathlib.Path, whole_word_mask: bool) -> str 
             return (f"a {name} share of {share['observed']:.4f} over {n:,} masked positions where "
                     f"{share['expected']:.2f} is expected (z={share['z']:+.1f})")
     nsp = report["next_sentence_random"]
-    pairs = json.loads((directory / "manifest.json").read_text())["options"].get("pairs", "nsp")
+    pairs = report["pairing"]
     # At least half of the pairs have a random B (one-sentence chunks add more); SOP
     # swaps exactly half on average, FULL-SENTENCES rows have no pair label at all.
     if pairs == "sop" and abs(nsp["observed"] - 0.5) > Z_LIMIT * 0.5 / max(1, report["rows"]) ** 0.5:

@@ -11,6 +11,8 @@ from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options,
 from bertprep.corpus import plural
 from bertprep.executor import default_workers
 from bertprep.inspect_shards import decode_samples, format_report, measure, sample_rows
+from bertprep.manifest import pairing
+from bertprep.pair_quality import LABEL_NAMES
 
 DEFAULTS = BuildConfig(workers=1)
 
@@ -75,9 +77,8 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     if result.executor is not None:
         for line in result.executor.summary().splitlines():
             click.echo(f"  {line}")
-    labelled = stats["next_sentence_random_fraction"]
-    label = {"nsp": f"NSP random B {labelled:.3f}; ",
-             "sop": f"SOP swapped {labelled:.3f}; "}.get(m["options"]["pairs"], "")  # none: no label
+    name = LABEL_NAMES.get(pairing(m))  # none for FULL-SENTENCES rows
+    label = f"{name} {stats['next_sentence_random_fraction']:.3f}; " if name else ""
     click.echo(
         f"  masked {stats['mask_rate']:.4f} of tokens: [MASK] {stats['share_mask']:.3f} / kept {stats['share_kept']:.3f} / "
         f"random {stats['share_random']:.3f}; {label}mean length {stats['mean_length']:.1f}"

@@ -13,9 +13,9 @@ import pyarrow as pa
 
 from bertprep import schema, storage
 from bertprep.errors import BertprepError
-from bertprep.manifest import confidence_interval
+from bertprep.manifest import confidence_interval, pairing
 from bertprep.masking import MaskingConfig, num_to_predict
-from bertprep.pair_quality import degenerate_pairs_warning, figures, likely_cause, rows_label
+from bertprep.pair_quality import LABEL_NAMES, degenerate_pairs_warning, figures, likely_cause, rows_label
 
 
 def read_manifest(out) -> dict:
@@ -104,17 +104,12 @@ def _share(k: int, n: int, expected: float) -> dict:
     return {"observed": k / n, "expected": expected, "ci95": [low, high], "z": z}
 
 
-def pairing(manifest: dict) -> str:
-    """The directory's pairing (nsp, sop or none); outputs written before `--pairs` are NSP."""
-    return manifest["options"].get("pairs", "nsp")
-
-
-def _pairs(manifest: dict, c: dict) -> dict:
+def _pairs(manifest: dict, c: dict, kind: str) -> dict:
     """The figures build-shards checks for degenerate pairs, from the manifest's corpus
     totals and the rows as measured, with the same warning (or None)."""
     rows = c["rows"]
     found = figures(manifest["totals"], rows, c["nsp_random"], c["tokens"] / rows if rows else 0.0,
-                    manifest["options"]["max_seq_length"], pairing(manifest))
+                    manifest["options"]["max_seq_length"], kind)
     corpus = manifest.get("corpus", {})
     layout = (corpus.get("sentences", "lines"), corpus.get("document_separator"))
     cause = likely_cause(found, *layout) if found.degenerate() else None
@@ -124,7 +119,7 @@ def _pairs(manifest: dict, c: dict) -> dict:
 
 def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
     n = c["positions"]
-    options = manifest["options"]
+    options, kind = manifest["options"], pairing(manifest)
     return {
         "directory_rows_in_manifest": manifest["totals"]["rows"],
         "rows": c["rows"],
@@ -142,10 +137,10 @@ def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
             "kept": _share(c["kept"], n, 0.1),
             "random": _share(c["random"], n, 0.1),
         },
-        "pairing": pairing(manifest),
+        "pairing": kind,
         # The share of rows labelled 1: NSP's random B, SOP's swapped; 0 for FULL-SENTENCES.
-        "next_sentence_random": _share(c["nsp_random"], c["rows"], 0.0 if pairing(manifest) == "none" else 0.5),
-        "pairs": _pairs(manifest, c),
+        "next_sentence_random": _share(c["nsp_random"], c["rows"], 0.0 if kind == "none" else 0.5),
+        "pairs": _pairs(manifest, c, kind),
         "length_histogram": histogram.tolist(),
         "manifest": {
             "created_by": manifest.get("created_by"),
@@ -206,13 +201,12 @@ def decode_samples(out, count: int) -> list[str]:
 def _label_line(report: dict) -> str | None:
     """The pair label's share, worded for the pairing; None for FULL-SENTENCES rows."""
     share, kind = report["next_sentence_random"], report["pairing"]
-    interval = f"{share['observed']:.4f} (95% CI {share['ci95'][0]:.4f}-{share['ci95'][1]:.4f}"
-    if kind == "nsp":
-        return (f"NSP random B: {interval}; above 0.5 because one-sentence chunks are always random, "
-                "as in the reference)")
-    if kind == "sop":
-        return f"SOP swapped: {interval}; 0.5 expected)"
-    return None
+    if kind not in LABEL_NAMES:
+        return None
+    why = ("above 0.5 because one-sentence chunks are always random, as in the reference" if kind == "nsp"
+           else "0.5 expected")
+    return (f"{LABEL_NAMES[kind]}: {share['observed']:.4f} (95% CI {share['ci95'][0]:.4f}-{share['ci95'][1]:.4f}; "
+            f"{why})")
 
 
 def format_report(report: dict) -> str:

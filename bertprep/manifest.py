@@ -63,6 +63,11 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
     }
 
 
+def pairing(manifest: dict) -> str:
+    """The pairing a manifest records (nsp, sop or none); outputs written before `--pairs` are NSP."""
+    return manifest.get("options", {}).get("pairs", "nsp")
+
+
 # What a directory's rows are, by pairing (--pairs), for dataset_info.json.
 DESCRIPTIONS = {"nsp": "masked LM + next sentence prediction", "sop": "masked LM + sentence order prediction",
                 "none": "masked LM, FULL-SENTENCES rows"}
@@ -84,8 +89,7 @@ def write_dataset_files(directory, shards: list[dict], vocab_size: int, manifest
         "_split": None,
     }
     info = {
-        "description": (f"BERT pre-training instances ({DESCRIPTIONS[manifest['options'].get('pairs', 'nsp')]}) "
-                        "built by bertprep"),
+        "description": f"BERT pre-training instances ({DESCRIPTIONS[pairing(manifest)]}) built by bertprep",
         "features": schema.features_dict(vocab_size),
         "dataset_size": sum(s["bytes"] for s in shards),
         "size_in_bytes": sum(s["bytes"] for s in shards),

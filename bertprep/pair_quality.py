@@ -30,6 +30,10 @@ RANDOM_FRACTION_WARNING = 0.625
 MEAN_LENGTH_WARNING = 0.5
 
 
+# What a row's label counts, by pairing (FULL-SENTENCES rows have none).
+LABEL_NAMES = {"nsp": "NSP random B", "sop": "SOP swapped"}
+
+
 def rows_label(pairs: str) -> str:
     """What a warning calls a build's rows: "NSP pairs", "SOP pairs" or "FULL-SENTENCES rows"."""
     return {"nsp": "NSP pairs", "sop": "SOP pairs"}.get(pairs, "FULL-SENTENCES rows")
@@ -83,8 +87,9 @@ class PairFigures:
         sentences (52 tokens) on average, mean row length 57.0 of 128"; SOP pairs give
         their swapped fraction instead, FULL-SENTENCES rows (no label, no chunks) neither."""
         single = self.single_sentence_share
-        label = {"nsp": [f"NSP random B {self.random_fraction:.3f} (about 0.5 expected)"],
-                 "sop": [f"SOP swapped {self.random_fraction:.3f} (0.5 expected)"]}.get(self.pairs, [])
+        expected = {"nsp": "about 0.5 expected", "sop": "0.5 expected"}
+        label = ([f"{LABEL_NAMES[self.pairs]} {self.random_fraction:.3f} ({expected[self.pairs]})"]
+                 if self.pairs in LABEL_NAMES else [])
         return ", ".join(
             label
             + ([f"{single:.1%} single-sentence chunks"] if single is not None and self.pairs != "none" else [])

@@ -22,6 +22,7 @@ import numpy as np
 
 from bertmodel.errors import BertmodelError
 from bertmodel.model.heads import IGNORE_INDEX
+from bertprep.manifest import pairing
 from bertprep.masking import MaskingConfig, Vocabulary, mask_padded
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
@@ -35,7 +36,7 @@ PAIRING_WORDS = {"nsp": "next-sentence pairs", "sop": "sentence-order pairs", "n
 
 def pairing_of_dir(shard_dir) -> str:
     """The pairing one directory holds (manifests from before --pairs hold NSP pairs)."""
-    return shard_dir.manifest.get("options", {}).get("pairs", "nsp")
+    return pairing(shard_dir.manifest)
 
 
 def pairing_of(shard_dirs) -> str:

@@ -16,8 +16,8 @@ import torch
 from bertmodel import parallel
 from bertmodel.config import BertConfig
 from bertmodel.data import ShardDataset, eval_batches
-from bertmodel.data.recipes import (PAIRING_WORDS, DynamicMasking, default_max_predictions, masking_vocabulary,
-                                    objective_for, pairing_of_dir)
+from bertmodel.data.recipes import (DEFAULT_OBJECTIVE, PAIRING_WORDS, DynamicMasking, default_max_predictions,
+                                    masking_vocabulary, objective_for, pairing_of_dir)
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
@@ -28,7 +28,7 @@ from bertprep.masking import MaskingConfig
 
 # The pair objective's name in metrics (nsp_acc, sop_loss, ...) and the pairing whose
 # labels it learns; MLM alone has neither.
-PAIR_METRIC = {"mlm+nsp": "nsp", "mlm+sop": "sop"}
+PAIR_METRIC = {objective: pairs for pairs, objective in DEFAULT_OBJECTIVE.items() if objective != "mlm"}
 
 
 class PretrainingStats(StepStats):

@@ -150,9 +150,9 @@ class QATask:
                 "options": self.cfg.data_options()}
 
 
-def write_qa_outputs(out_dir: Path, predictions: dict, nbest: dict) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "predictions.json", out_dir / "nbest_predictions.json"]
+def write_qa_outputs(paths: list[Path], predictions: dict, nbest: dict) -> list[Path]:
+    """The official predictions.json and nbest_predictions.json, at `paths` (in that order)."""
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
     write_predictions(paths[0], predictions)
     write_nbest_predictions(paths[1], nbest)
     return paths
