@@ -162,3 +162,50 @@ def test_model_step_equal_either_way(matmul_choice):
     torch.testing.assert_close(results["onednn"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
     for name, grad in results["torch"][1].items():
         torch.testing.assert_close(results["onednn"][1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+needs_onednn_weight_grad = pytest.mark.skipif(linear_module._ONEDNN_WEIGHT_GRAD is None,
+                                              reason="this torch has no oneDNN weight gradient")
+
+
+@needs_onednn_weight_grad
+@pytest.mark.parametrize("rows, out_features, in_features", [
+    (300, 768, 384),    # oneDNN's weight and bias gradient (enough rows, both sides >= 384)
+    (256, 384, 1536),   # its edges: the fewest rows, the narrowest side
+    (40, 9000, 64),     # a wide output from few rows (the tied decoder's), in blocks
+    (40, 8192, 32),     # the first width computed in blocks
+    (255, 768, 768),    # one row short of oneDNN: MKL
+    (512, 1024, 128),   # a side narrower than 384: MKL
+])
+def test_each_weight_gradient_kernel_equals_f_linear(matmul_choice, rows, out_features, in_features):
+    torch.manual_seed(0)
+    x = torch.randn(rows, in_features)
+    weight = torch.randn(out_features, in_features) * 0.05
+    assert_as_exact_as_torch(x, weight, torch.randn(out_features))
+    assert_as_exact_as_torch(x, weight, None)
+
+
+@needs_onednn_weight_grad
+def test_weight_gradient_kernel_chosen_by_shape_alone(matmul_choice, monkeypatch):
+    """oneDNN's weight gradient runs for BERT-base's shapes, not for narrow layers, few
+    rows or the wide decoder; the choice depends on nothing but shapes (same bytes)."""
+    calls = []
+    real = linear_module._ONEDNN_WEIGHT_GRAD
+    monkeypatch.setattr(linear_module, "_ONEDNN_WEIGHT_GRAD", lambda *a: calls.append(a[0].shape) or real(*a))
+
+    def weight_grad(rows, out_features, in_features, bias=True):
+        torch.manual_seed(0)
+        w = torch.randn(out_features, in_features, requires_grad=True)
+        b = torch.randn(out_features, requires_grad=True) if bias else None
+        out = linear(torch.randn(rows, in_features), w, b)
+        out.backward(torch.randn_like(out))
+        return w.grad, None if b is None else b.grad
+
+    first = weight_grad(1024, 3072, 768)
+    assert calls == [(1024, 3072)]
+    assert all(torch.equal(a, b) for a, b in zip(first, weight_grad(1024, 3072, 768)))
+    weight_grad(1024, 768, 768, bias=False)
+    assert len(calls) == 3
+    for shape in ((168, 768, 3072), (2048, 1024, 256), (160, 30522, 64)):
+        weight_grad(*shape)
+    assert len(calls) == 3

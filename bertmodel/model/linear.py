@@ -13,6 +13,19 @@ and in whole steps (`benchmarks/bench_train_step.py`, its `torch-mm` variant: th
 step on MKL): a bert-base classification step on 32 packed SST-2-length rows took 0.87x
 its MKL time, a base pre-training step at 8 x 128 0.90x, mini 0.98x.
 
+Two weight gradients do better off MKL's plain `dy^T @ x` (`_weight_and_bias_grad`):
+- from a few hundred rows or more, with both sides 384 wide or wider (BERT-base and
+  MiniLM's layers), oneDNN's own inner-product weight gradient, which also sums the bias
+  gradient in the same pass: 0.88-0.95x MKL's product plus `sum(0)` at 768 -> 3072,
+  3072 -> 768 and 768 x 768 from 800-1,024 rows, about even at 2,304 x 768; 1.10-1.13x
+  MKL with a side of 128, so narrower layers stay on MKL;
+- a wide output from few rows (the tied MLM decoder's vocabulary x hidden from the
+  prediction slots alone) in blocks of output rows: MKL ran 30,522 x 768 from 160 rows
+  at 56-109 GFLOP/s as one product, 134-139 in blocks of 512-2,048 rows (each block's
+  slice of the gradient stays in cache).
+Each product alone, the two interleaved over 30-60 calls, median; in a whole base step
+at 8 x 128 (steps alternated in one process, 12 pairs) both together took 0.97-0.98x.
+
 The results are fp32 products like MKL's, summed in another order: equal to `F.linear`
 to fp32 rounding (tests/test_linear.py), and, like MKL's, the same bytes every call for
 the same shapes and thread count, so a seed still replays a run exactly. oneDNN builds a
@@ -66,6 +79,39 @@ def _onednn_linear_op():
 _ONEDNN = _onednn_linear_op()
 
 
+def _onednn_weight_grad_op():
+    """oneDNN's inner-product weight and bias gradient (on oneDNN tensors), or None where
+    this torch has no such op or it disagrees with torch's product; tried once on small
+    tensors, as `_onednn_linear_op` is."""
+    try:
+        if _ONEDNN is None:
+            return None
+        op = torch.ops.aten.mkldnn_linear_backward_weights.default
+        grad, x = (torch.arange(n, dtype=torch.float32).reshape(shape) / n for n, shape in ((15, (3, 5)), (12, (3, 4))))
+        w, b = op(grad.to_mkldnn(), x.to_mkldnn(), _shape_of_weight(grad, x), True)
+        works = (w.layout == torch.strided and torch.allclose(w, grad.t() @ x, atol=1e-5)
+                 and torch.allclose(b, grad.sum(0), atol=1e-5))
+        return op if works else None
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return None
+
+
+def _shape_of_weight(grad: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """A stand-in for the weight, whose shape alone oneDNN's weight gradient reads
+    (the backward keeps no weight when only the weight's gradient is asked for)."""
+    return grad.new_zeros(()).expand(grad.shape[-1], rows.shape[-1])
+
+
+_ONEDNN_WEIGHT_GRAD = _onednn_weight_grad_op()
+# Where oneDNN's weight gradient beats MKL's (module docstring): rows, narrowest side.
+ONEDNN_WEIGHT_GRAD_MIN_ROWS = 256
+ONEDNN_WEIGHT_GRAD_MIN_SIDE = 384
+# A weight gradient at least this many outputs wide from fewer rows than that is
+# computed in blocks of WIDE_OUTPUT_BLOCK output rows (the tied MLM decoder's).
+WIDE_OUTPUT = 8192
+WIDE_OUTPUT_BLOCK = 2048
+
+
 def set_cpu_matmul(choice: str) -> str:
     """"onednn" (the default where torch has it) or "torch"; returns the one before."""
     global _choice
@@ -105,11 +151,32 @@ class _OneDnnLinear(torch.autograd.Function):
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_x = _onednn(grad, weight.t(), None).view(ctx.input_shape)  # dy @ W
-        if ctx.needs_input_grad[1]:
-            grad_w = grad.t().mm(rows)  # MKL is as fast as oneDNN here
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = grad.sum(0)
+        grad_w, grad_b = _weight_and_bias_grad(grad, rows, ctx.needs_input_grad[1],
+                                               ctx.has_bias and ctx.needs_input_grad[2])
         return grad_x, grad_w, grad_b
+
+
+def _weight_and_bias_grad(grad: torch.Tensor, rows: torch.Tensor | None, want_weight: bool,
+                          want_bias: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """dy^T @ x and dy summed over rows, each where asked for, by the kernel that is
+    faster at these shapes (module docstring). The choice depends on shapes alone, so a
+    run repeats its bytes."""
+    if not want_weight:
+        return None, grad.sum(0) if want_bias else None
+    n, out_features, in_features = grad.shape[0], grad.shape[1], rows.shape[1]
+    if (_ONEDNN_WEIGHT_GRAD is not None and n >= ONEDNN_WEIGHT_GRAD_MIN_ROWS and out_features < WIDE_OUTPUT
+            and min(out_features, in_features) >= ONEDNN_WEIGHT_GRAD_MIN_SIDE):
+        grad_w, grad_b = _ONEDNN_WEIGHT_GRAD(grad.to_mkldnn(), rows.to_mkldnn(), _shape_of_weight(grad, rows),
+                                             want_bias)
+        return grad_w, grad_b if want_bias else None
+    if out_features >= WIDE_OUTPUT and n < ONEDNN_WEIGHT_GRAD_MIN_ROWS:
+        grad_w = grad.new_empty(out_features, in_features)
+        for start in range(0, out_features, WIDE_OUTPUT_BLOCK):
+            block = slice(start, start + WIDE_OUTPUT_BLOCK)
+            torch.mm(grad[:, block].t(), rows, out=grad_w[block])
+    else:
+        grad_w = grad.t().mm(rows)
+    return grad_w, grad.sum(0) if want_bias else None
 
 
 def _uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
