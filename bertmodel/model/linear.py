@@ -16,9 +16,10 @@ its MKL time, a base pre-training step at 8 x 128 0.90x, mini 0.98x.
 Two weight gradients do better off MKL's plain `dy^T @ x` (`_weight_and_bias_grad`):
 - from a few hundred rows or more, with both sides 384 wide or wider (BERT-base and
   MiniLM's layers), oneDNN's own inner-product weight gradient, which also sums the bias
-  gradient in the same pass: 0.88-0.95x MKL's product plus `sum(0)` at 768 -> 3072,
-  3072 -> 768 and 768 x 768 from 800-1,024 rows, about even at 2,304 x 768; 1.10-1.13x
-  MKL with a side of 128, so narrower layers stay on MKL;
+  gradient in the same pass: 0.81-1.01x MKL's product plus `sum(0)` at BERT-base's
+  shapes from 800-1,024 rows (most near 0.9; three runs of 768 x 3072, 3072 x 768,
+  768 x 768 and 2,304 x 768); 1.10-1.13x MKL with a side of 128, so narrower layers
+  stay on MKL;
 - a wide output from few rows (the tied MLM decoder's vocabulary x hidden from the
   prediction slots alone) in blocks of output rows: MKL ran 30,522 x 768 from 160 rows
   at 56-109 GFLOP/s as one product, 134-139 in blocks of 512-2,048 rows (each block's
