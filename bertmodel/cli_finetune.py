@@ -233,7 +233,7 @@ def predict(run, texts, pairs, file, question, context, device, unpad):
 def _read_jsonl(path) -> list[dict]:
     from bertmodel.errors import BertmodelError
 
-    records, lines = [], {False: [], True: []}  # line numbers without / with a text_pair
+    records, first = [], {}  # the first line without (False) / with (True) a text_pair
     for n, line in enumerate(open(path, encoding="utf-8"), 1):
         if line.strip():
             try:
@@ -245,11 +245,10 @@ def _read_jsonl(path) -> list[dict]:
             records.append(record)
             # Pairs or single texts, the same for every record: a pair on some lines only
             # would otherwise be dropped (or be a KeyError) without a word.
-            lines[isinstance(record.get("text_pair"), str)].append(n)
+            first.setdefault(isinstance(record.get("text_pair"), str), n)
     if not records:
         raise BertmodelError(f"{path}: no records")
-    without, with_pair = lines[False], lines[True]
-    if without and with_pair:
-        raise BertmodelError(f"{path}: line {without[0]} has no \"text_pair\" string, but line {with_pair[0]} has "
+    if len(first) == 2:
+        raise BertmodelError(f"{path}: line {first[False]} has no \"text_pair\" string, but line {first[True]} has "
                              "one; give every record a text_pair, or none")
     return records

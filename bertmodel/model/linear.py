@@ -59,6 +59,12 @@ def _checked(choice: str, what: str) -> str:
 _choice = _checked(os.environ.get("BERTMODEL_CPU_MATMUL", "onednn"), "BERTMODEL_CPU_MATMUL")
 
 
+def _ramp(*shape: int) -> torch.Tensor:
+    """Small distinct values of this shape, to try an op on once at import."""
+    n = torch.Size(shape).numel()
+    return torch.arange(n, dtype=torch.float32).reshape(shape) / n
+
+
 def _onednn_linear_op():
     """oneDNN's linear, or None in a torch built without it. The op is internal to
     torch, so it is also tried once on small tensors, the way the backward calls it (a
@@ -68,8 +74,7 @@ def _onednn_linear_op():
         if not torch.backends.mkldnn.is_available():
             return None
         op = torch.ops.mkldnn._linear_pointwise.default
-        x, w, b = (torch.arange(n, dtype=torch.float32).reshape(shape) / n
-                   for n, shape in ((12, (3, 4)), (20, (5, 4)), (5, (5,))))
+        x, w, b = _ramp(3, 4), _ramp(5, 4), _ramp(5)
         works = (torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-5)
                  and torch.allclose(op(x @ w.t(), w.t(), None, "none", [], ""), (x @ w.t()) @ w, atol=1e-5))
         return op if works else None
@@ -88,7 +93,7 @@ def _onednn_weight_grad_op():
         if _ONEDNN is None:
             return None
         op = torch.ops.aten.mkldnn_linear_backward_weights.default
-        grad, x = (torch.arange(n, dtype=torch.float32).reshape(shape) / n for n, shape in ((15, (3, 5)), (12, (3, 4))))
+        grad, x = _ramp(3, 5), _ramp(3, 4)
         w, b = op(grad.to_mkldnn(), x.to_mkldnn(), _shape_of_weight(grad, x), True)
         works = (w.layout == torch.strided and torch.allclose(w, grad.t() @ x, atol=1e-5)
                  and torch.allclose(b, grad.sum(0), atol=1e-5))

@@ -150,9 +150,8 @@ class QATask:
                 "options": self.cfg.data_options()}
 
 
-def write_qa_outputs(paths: list[Path], predictions: dict, nbest: dict) -> list[Path]:
+def write_qa_outputs(paths: list[Path], predictions: dict, nbest: dict) -> None:
     """The official predictions.json and nbest_predictions.json, at `paths` (in that order)."""
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     write_predictions(paths[0], predictions)
     write_nbest_predictions(paths[1], nbest)
-    return paths
