@@ -18,7 +18,8 @@ from bertmodel.training.run import run_training
 
 DATA_OPTIONS = ("train", "validation", "dataset", "dataset_config", "train_split", "validation_split",
                 "text_column", "text_pair_column", "label_column", "no_header", "num_labels", "max_seq_length",
-                "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length")
+                "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length",
+                "positive_label")
 
 
 @dataclass(kw_only=True)
@@ -53,6 +54,9 @@ class FinetuneConfig(LoopConfig):
     epochs: float = 3.0
     metric_for_best: str | None = None
     """Metric that picks the model kept in RUN/hf (default accuracy, pearson for regression, f1 for qa)."""
+    positive_label: str | None = None
+    """The class binary F1 (the "f1" metric of two-class data) is computed for; default: id 1
+    (label 1 of 0/1 data, the second label in sorted order for text labels)."""
     tokenizer: str | None = None
     """The tokenizer, when the model directory carries none."""
     eval_batch_size: int = 64
@@ -65,6 +69,9 @@ class FinetuneConfig(LoopConfig):
     """Default: epochs x steps per epoch."""
     save_every: int | None = None
     """Default: once per epoch."""
+    keep_last: int = 1
+    """Newest checkpoints kept; the best model's checkpoint is kept as well while it is the best
+    (checkpoint.prune), so by default a run holds its latest and its best."""
     eval_every: int = 0
     """0: once per epoch (and at the end)."""
 
@@ -84,8 +91,19 @@ class FinetuneConfig(LoopConfig):
                 if isinstance(value, str) and value.isdigit():
                     setattr(self, name, int(value))
 
+    @property
+    def task_name(self) -> str:
+        """The task a run directory records (tasks' `name`)."""
+        return "qa" if self.task == "qa" else "classification"
+
+    def read_paths(self) -> list[tuple[str, str | None]]:
+        """What the run reads, which --out may not be or contain."""
+        return [("--model", self.model), ("--train", self.train), ("--validation", self.validation),
+                ("--tokenizer", self.tokenizer)]
+
     def meaningful_options(self) -> tuple[str, ...]:
-        return MEANINGFUL + ("model", "max_seq_length", "epochs", "doc_stride", "max_query_length")
+        return MEANINGFUL + ("model", "max_seq_length", "epochs", "doc_stride", "max_query_length",
+                             "metric_for_best", "positive_label")
 
     def data_options(self) -> dict:
         return {name: getattr(self, name) for name in DATA_OPTIONS}

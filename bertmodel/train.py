@@ -60,6 +60,13 @@ class TrainConfig(LoopConfig):
         if self.init_from and any(v is not None for v in (self.layers, self.hidden, self.heads, self.intermediate)):
             raise BertmodelError("--init-from takes the model size from the checkpoint; drop the size options")
 
+    task_name = "pretraining"  # what a run directory records (tasks' `name`)
+
+    def read_paths(self) -> list[tuple[str, str | None]]:
+        """What the run reads, which --out may not be or contain."""
+        return ([("--data", p) for p in self.data] + [("--eval-data", p) for p in self.eval_data]
+                + [("--init-from", self.init_from), ("--tokenizer", self.tokenizer)])
+
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "masking", "mask_rate", "max_predictions", "objective")
 

@@ -63,6 +63,7 @@ class QAFeatures:
     start_positions: np.ndarray | None  # (W,) int32 labels when training, 0 = [CLS]
     end_positions: np.ndarray | None
     skipped: list[SkippedExample] = field(default_factory=list)  # training examples left out
+    questions_cut: int = 0  # questions longer than max_query_length, cut to it
 
     def __len__(self) -> int:
         return len(self.example_index)
@@ -113,6 +114,7 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
     encoder = loaded.tokenizer
     ctx_ids, ctx_offsets, ctx_splits = _encode_with_offsets(encoder, list(contexts))
     q_ids, q_splits = _encode_ids(loaded, [examples[i].question for i in kept])
+    questions_cut = int(np.count_nonzero(np.diff(q_splits) > max_query_length))
     q_len = np.minimum(np.diff(q_splits), max_query_length)
     max_doc = max_seq_length - q_len - 3
     for j in np.flatnonzero(max_doc < 1)[:1]:
@@ -174,7 +176,7 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
         token_is_max_context=max_context, row_splits=row_splits,
         example_index=np.asarray(kept, np.int32)[owner], window_start=start.astype(np.int32),
         context_position=(ql + 2).astype(np.int32), start_positions=starts, end_positions=ends,
-        skipped=skipped)
+        skipped=skipped, questions_cut=questions_cut)
 
 
 def _check_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:

@@ -85,7 +85,8 @@ def read_table(path, text_column: Column, text_pair_column: Column | None = None
     column exists and gives `labels=None` when it does not (prediction-only data).
     `split` picks a split of a saved DatasetDict (ignored for a saved Dataset).
     Raises BertmodelError (one line, naming the file) for a missing file, an unknown
-    format, an empty file, a missing column, a malformed record or a blank label."""
+    format, an empty file, a missing column, a malformed record, a blank text or a blank
+    label."""
     path = Path(path)
     if not path.exists():
         raise BertmodelError(f"{path}: no such file or directory")
@@ -314,6 +315,12 @@ def _texts(values: list, column, source: str, record) -> list[str]:
         if not isinstance(value, str):
             what = "missing" if value is None else f"{type(value).__name__} {value!r}, not text"
             raise BertmodelError(f"{source}: {record(i)}: text column {column!r} is {what}")
+        if not value.strip():
+            # As a blank label is: an example of [CLS] [SEP] alone teaches the head nothing
+            # true, and is almost always a shifted column or a broken export.
+            blank = sum(1 for v in values if not v.strip()) if all(isinstance(v, str) for v in values) else 1
+            raise BertmodelError(f"{source}: {record(i)}: text column {column!r} is blank"
+                                 + (f" ({blank:,} blank texts in all)" if blank > 1 else ""))
     return values
 
 

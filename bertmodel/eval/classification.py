@@ -114,13 +114,14 @@ def spearman(x, y) -> float:
     return pearson(average_ranks(x), average_ranks(y))
 
 
-def classification_metrics(predictions, labels, num_labels: int | None = None) -> dict[str, float]:
-    """accuracy, macro_f1, mcc; plus f1 (of class 1, GLUE's MRPC/QQP score) when the
-    task has two classes."""
+def classification_metrics(predictions, labels, num_labels: int | None = None, positive: int | None = 1
+                           ) -> dict[str, float]:
+    """accuracy, macro_f1, mcc; plus f1 (of class `positive`, by default 1: GLUE's
+    MRPC/QQP score) when the task has two classes."""
     out = {"accuracy": accuracy(predictions, labels), "macro_f1": macro_f1(predictions, labels),
            "mcc": matthews_corrcoef(predictions, labels)}
-    if num_labels == 2:
-        out["f1"] = binary_f1(predictions, labels)
+    if num_labels == 2 and positive is not None:
+        out["f1"] = binary_f1(predictions, labels, positive)
     return out
 
 

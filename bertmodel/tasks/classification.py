@@ -20,7 +20,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.eval.classification import classification_metrics, json_ready, regression_metrics
 from bertmodel.model import BertForSequenceClassification
 from bertmodel.tasks.finetuning import (IntervalStats, check_length, encoder_flops, forward_all, open_model,
-                                        pad_multiple, start_from, tokenizer_path)
+                                        best_metric, pad_multiple, split_identity, start_from, tokenizer_path)
 
 
 def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts | None:
@@ -100,8 +100,36 @@ class ClassificationTask:
             log(f"train: {len(train):,} examples from {train.source} ({kinds}; {encoded.truncated:,} truncated to "
                 f"{cfg.max_seq_length} tokens)" + (f"; validation: {len(validation):,} from {validation.source}"
                                                    if validation is not None else ""))
-        default = "pearson" if self.labels.regression else "accuracy"
-        self.best_metric = (cfg.metric_for_best or default, (cfg.metric_for_best or default) not in ("loss", "mse"))
+        self.positive = self._positive_label(cfg.positive_label)
+        if self.positive is not None and train is not None:
+            log(f"f1 is the F1 of the positive label {self.labels.labels[self.positive]!r} (id {self.positive}); "
+                "--positive-label chooses the other")
+        self.best_metric = best_metric(cfg.metric_for_best, "pearson" if self.labels.regression else "accuracy",
+                                       self.metric_names())
+
+    def _positive_label(self, chosen) -> int | None:
+        """The class binary F1 is computed for: --positive-label, else id 1 (the label 1 of
+        0/1 data, as GLUE's MRPC/QQP F1; the second in sorted order for text labels).
+        None where there is no binary F1."""
+        labels = self.labels
+        if labels.regression or labels.num_labels != 2:
+            if chosen is not None:
+                raise BertmodelError(f"--positive-label {chosen}: binary F1 needs two classes; this run has "
+                                     + ("regression targets" if labels.regression else f"{labels.num_labels}"))
+            return None
+        if chosen is None:
+            return 1
+        names = [str(label) for label in labels.labels]
+        if str(chosen) not in names:
+            raise BertmodelError(f"--positive-label {chosen}: not a label of this run (its labels are "
+                                 f"{', '.join(names)})")
+        return names.index(str(chosen))
+
+    def metric_names(self) -> list[str]:
+        """The eval_* metrics each evaluation reports (without the prefix)."""
+        if self.labels.regression:
+            return ["pearson", "spearman", "mse"]
+        return ["accuracy", "macro_f1", "mcc", *(["f1"] if self.positive is not None else []), "loss"]
 
     @property
     def has_eval(self) -> bool:
@@ -136,7 +164,8 @@ class ClassificationTask:
         if self.labels.regression:
             return json_ready(regression_metrics(logits[:, 0], labels))
         loss = float(torch.nn.functional.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels).long()))
-        return json_ready({**classification_metrics(logits.argmax(-1), labels, self.labels.num_labels),
+        return json_ready({**classification_metrics(logits.argmax(-1), labels, self.labels.num_labels,
+                                                    positive=self.positive),
                            "loss": loss})
 
     def evaluate(self, model, d, autocast, logits: np.ndarray | None = None) -> dict:
@@ -169,6 +198,14 @@ class ClassificationTask:
                 record["gold"] = data.labels[i]
             records.append(record)
         return records
+
+    def inputs(self) -> dict:
+        """What this run trains and evaluates on (compared on resume: training/run_dir.py)."""
+        cfg = self.cfg
+        return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation"),
+                "columns": {"text": cfg.text_column, "text_pair": cfg.text_pair_column, "label": cfg.label_column,
+                            "no_header": cfg.no_header},
+                "labels": self.labels.to_dict()}
 
     def state(self) -> dict:
         labels = self.labels

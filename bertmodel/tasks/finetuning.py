@@ -13,6 +13,7 @@ from bertmodel.config import BertConfig
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import Pretrained, load_into, load_pretrained
+from bertmodel.training.run_dir import source_identity
 
 
 def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, TokenizerInfo]:
@@ -26,6 +27,19 @@ def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, Tokenizer
         raise BertmodelError(f"{model}: the model has {pre.config.vocab_size:,} word embeddings but the tokenizer "
                              f"{tok.vocab_size:,} entries; pass the model's own tokenizer")
     return pre, tok
+
+
+def split_identity(cfg, which: str) -> dict | None:
+    """How a run records its train or validation data (training/run_dir.py): a file or
+    save_to_disk directory by content (and the split read from it), a hub dataset by
+    name, config and split."""
+    path, split = getattr(cfg, which), getattr(cfg, f"{which}_split")
+    if path:
+        identity = source_identity(path)
+        return {**identity, "split": split} if Path(path).is_dir() else identity
+    if cfg.dataset:
+        return {"source": f"{cfg.dataset}[{cfg.dataset_config or ''}]:{split}"}
+    return None
 
 
 def tokenizer_path(tok: TokenizerInfo) -> Path:
@@ -52,6 +66,19 @@ def start_from(model_cls, pre: Pretrained, log, **head) -> torch.nn.Module:
         log(note)
     log(f"initialised from {pre.source} ({pre.architecture})")
     return model
+
+
+LOWER_IS_BETTER = ("loss", "mse")
+
+
+def best_metric(chosen: str | None, default: str, reported: list[str]) -> tuple[str, bool]:
+    """(metric, greater is better) that picks the model kept in RUN/hf; a name the task
+    does not report is refused before training (it would keep no best model at all)."""
+    name = chosen or default
+    if name not in reported:
+        raise BertmodelError(f"--metric-for-best {name}: not a metric this task reports; choose one of "
+                             f"{', '.join(reported)}")
+    return name, name not in LOWER_IS_BETTER
 
 
 class IntervalStats:

@@ -23,6 +23,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
 from bertmodel.metrics import StepStats, train_flops
 from bertmodel.model import BertForMaskedLM, BertForPreTraining
+from bertmodel.training.run_dir import source_identity
 from bertprep.masking import MaskingConfig
 
 
@@ -184,6 +185,12 @@ class PretrainingTask:
         model.train(was_training)
         summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
         return {f"eval_{k}": v for k, v in summary.items()}
+
+    def inputs(self) -> dict:
+        """The shard directories this run reads, each by its manifest's sha256 (the manifest
+        lists every shard's sha256, the options and the seed), compared on resume."""
+        return {option: [source_identity(d.path / "manifest.json") | {"source": str(d.path)} for d in data.dirs]
+                for option, data in (("data", self.shards), ("eval_data", self.eval_data)) if data is not None}
 
     def state(self) -> dict:
         return {"name": self.name, "architecture": self.architecture, "objective": self.objective,

@@ -21,7 +21,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.eval.squad_metric import squad_metric
 from bertmodel.model import BertForQuestionAnswering
 from bertmodel.tasks.finetuning import (IntervalStats, check_length, encoder_flops, forward_all, open_model,
-                                        pad_multiple, start_from, tokenizer_path)
+                                        best_metric, pad_multiple, split_identity, start_from, tokenizer_path)
 
 
 def read_examples(cfg, which: str):
@@ -81,7 +81,7 @@ class QATask:
         self.validation_windows = None
         if self.validation is not None:
             self.validation_windows = WindowSet(self._features(self.validation, training=False), pad, multiple)
-        self.best_metric = (cfg.metric_for_best or "f1", (cfg.metric_for_best or "f1") != "loss")
+        self.best_metric = best_metric(cfg.metric_for_best, "f1", self.metric_names())
         if evaluation_only:
             return
         train = read_examples(cfg, "train")
@@ -94,10 +94,27 @@ class QATask:
         for skipped in features.skipped[:5]:
             log(f"warning: {skipped.message()}; skipped")
         self.skipped = len(features.skipped)
+        if len(features) == 0:
+            wrong_start = sum(s.reason.startswith("answer_start") for s in features.skipped)
+            raise BertmodelError(f"{train[0].source}: no usable training examples: all {len(train):,} questions "
+                                 f"were skipped ({wrong_start:,} whose answer_start does not point at the answer "
+                                 f"text, {len(features.skipped) - wrong_start:,} whose answer no token covers); "
+                                 "answer_start must be the answer's character offset in its context")
+        for name, cut in (("train", features.questions_cut),
+                          ("validation", self.validation_windows.features.questions_cut
+                           if self.validation_windows is not None else 0)):
+            if cut:
+                log(f"warning: {name}: {cut:,} questions longer than --max-query-length {cfg.max_query_length} "
+                    "tokens were cut to it")
         self.train_set = WindowSet(features, pad, multiple)
         log(f"train: {len(train):,} questions, {len(features):,} windows of up to {cfg.max_seq_length} tokens"
             + (f" ({self.skipped:,} skipped: answer_start does not point at the answer)" if self.skipped else "")
             + (f"; validation: {len(self.validation):,} questions" if self.validation is not None else ""))
+
+    def metric_names(self) -> list[str]:
+        """The eval_* metrics each evaluation reports (the official script's, 0-100)."""
+        return ["exact_match", "f1"] + (["HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"]
+                                        if self.cfg.version_2 else [])
 
     def _features(self, examples, training: bool) -> QAFeatures:
         cfg = self.cfg
@@ -144,6 +161,11 @@ class QATask:
         self.last_predictions = (predictions, nbest)  # for `bertmodel evaluate` to write
         scores = squad_metric(self.validation, predictions, version_2=self.cfg.version_2)
         return {f"eval_{k}": v for k, v in scores.items() if isinstance(v, float)}
+
+    def inputs(self) -> dict:
+        """What this run trains and evaluates on (compared on resume: training/run_dir.py)."""
+        return {"train": split_identity(self.cfg, "train"), "validation": split_identity(self.cfg, "validation"),
+                "version_2": self.cfg.version_2}
 
     def state(self) -> dict:
         return {"name": self.name, "architecture": self.architecture, "hf_config": {},

@@ -31,10 +31,11 @@ from bertmodel.model.unpad import resolve as resolve_unpad
 from bertmodel.model.unpad import set_unpad
 from bertmodel.optim import build_optimizer
 from bertmodel.training.loop import Trainer
-from bertprep.errors import BertprepError, check_parent_is_directory
+from bertmodel.training.run_dir import (LOCK_FILE, RUN_FILE, check_out_apart, check_resume_inputs, check_run_dir,
+                                         check_task_of_checkpoint, write_run_record)
+from bertprep.errors import BertprepError
 from bertprep.lock import DirectoryLock
 
-RUN_ENTRIES = ("checkpoints", "hf", "metrics.jsonl")  # what a RUN dir of ours holds
 
 
 class StopSignal:
@@ -62,17 +63,6 @@ class StopSignal:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-
-
-def check_run_dir(run: Path) -> None:
-    """RUN is new, empty, or one of ours (then the run resumes): never someone's files."""
-    check_parent_is_directory(run)
-    if run.exists() and not run.is_dir():
-        raise BertmodelError(f"{run}: exists and is a file, not a run directory")
-    if run.is_dir() and any(p.name != ".lock" for p in run.iterdir()) and \
-            not any((run / name).exists() for name in RUN_ENTRIES):
-        raise BertmodelError(f"{run}: exists and is not a run directory (no checkpoints/ or "
-                             "metrics.jsonl); choose a new or empty --out")
 
 
 def all_ranks(fn, d: parallel.Dist, what: str):
@@ -114,7 +104,6 @@ def check_resume_options(saved: dict, cfg, log) -> None:
 
 def _restore(resume: dict, optimizer, cfg, d: parallel.Dist, rows: int, log) -> tuple[int, int, int]:
     """Optimizer state and this rank's RNG state from a checkpoint; (step, cursor, skipped)."""
-    check_resume_options({**resume.get("train", {}), "seed": resume["data"].get("seed")}, cfg, log)
     optimizer.load_state_dict(resume["optimizer"])
     step, cursor = int(resume["step"]), int(resume["data"]["cursor"])
     rngs = resume["rng"]
@@ -137,7 +126,8 @@ def run_training(cfg, make_task, log) -> dict:
     log = log if d.is_main else (lambda *a, **k: None)
     run = Path(cfg.out)
     try:
-        all_ranks(lambda: check_run_dir(run), d, "the run directory")
+        all_ranks(lambda: (check_out_apart(run, cfg.read_paths()), check_run_dir(run, cfg.task_name)), d,
+                  "the run directory")
         # Rank 0 holds RUN/.lock for the whole run: a second run into the same --out
         # stops at once instead of interleaving checkpoints and metrics.jsonl.
         lock = DirectoryLock(run, what="training run") if d.is_main else None
@@ -149,7 +139,8 @@ def run_training(cfg, make_task, log) -> dict:
         except BaseException:
             # A run that failed before writing anything leaves no RUN dir behind that
             # looks like a started run.
-            if lock is not None and created and run.is_dir() and {p.name for p in run.iterdir()} <= {".lock"}:
+            if lock is not None and created and run.is_dir() and \
+                    {p.name for p in run.iterdir()} <= {LOCK_FILE, RUN_FILE}:
                 lock.__exit__(None, None, None)
                 lock = None
                 shutil.rmtree(run, ignore_errors=True)
@@ -157,7 +148,7 @@ def run_training(cfg, make_task, log) -> dict:
         finally:
             if lock is not None:
                 # Unlinked while still held, so a finished RUN holds only its results.
-                (run / ".lock").unlink(missing_ok=True)
+                (run / LOCK_FILE).unlink(missing_ok=True)
                 lock.__exit__(None, None, None)
     finally:
         parallel.teardown(d)
@@ -167,14 +158,21 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     task = all_ranks(lambda: make_task(d, log), d, "the training data (shards or files)")
     rows = len(task.train_set)
     global_batch = cfg.batch_size * cfg.grad_accum * d.world
+    inputs = task.inputs()  # hashed once; every checkpoint records it
     latest = ckpt.latest_checkpoint(run)
     resume = ckpt.load_checkpoint(latest) if latest else None
     if resume is not None:
+        # What the run is, and what it was trained on, before any of it is loaded.
+        check_task_of_checkpoint(run, resume, task.name)
+        check_resume_options({**resume.get("train", {}), "seed": resume["data"].get("seed")}, cfg, log)
+        check_resume_inputs(resume.get("inputs"), inputs, cfg, log)
         model = task.model_for_checkpoint(resume)
     else:
         torch.manual_seed(cfg.seed)  # the initial weights depend on the seed only
         model = task.fresh_model(log)
     config = model.config
+    if d.is_main:  # from here on RUN is recognisably a run of this task
+        write_run_record(run, task.name, task.architecture)
     if global_batch > rows:  # checked once the model options are known to be valid
         raise BertmodelError(f"the global batch ({cfg.batch_size:,} x {cfg.grad_accum} accumulation x {d.world} "
                              f"ranks = {global_batch:,}) is larger than the training data ({rows:,} samples); "
@@ -209,7 +207,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         f"{f', unpadded ({unpad})' if unpad else ''}")
     trainer = Trainer(cfg, task, d, run, model, train_model, config, optimizer, cfg.lr_schedule(), loader,
                       writer, autocast, log, step=step, cursor=cursor, bad_total=bad_total,
-                      best=(resume or {}).get("best"))
+                      best=(resume or {}).get("best"), inputs=inputs)
     try:
         with StopSignal() as stop:
             return trainer.run_until_done(stop)
