@@ -29,40 +29,59 @@ def _opt(name: str, defaults: bool = True, **kwargs):
     return click.option(name, **kwargs)
 
 
-def data_options(fn=None, defaults: bool = True):
-    """Where the examples come from (shared by finetune and evaluate)."""
-    if fn is None:
-        return lambda f: data_options(f, defaults)
-    _opt = functools.partial(_opt_default, defaults=defaults)
-    for deco in reversed([
-        _opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
-        _opt("--dataset-config", help="The dataset's configuration (e.g. glue's 'rte')."),
-        _opt("--train-split", help="Split to train on (datasets and DatasetDict dirs)."),
-        _opt("--validation-split", help="Split to evaluate on."),
-        _opt("--text-column", help="Column holding the text (classify)."),
-        _opt("--text-pair-column", help="Column holding the second text of a pair (classify)."),
-        _opt("--label-column", help="Column holding the label (classify)."),
-        click.option("--no-header", is_flag=True, help="TSV/CSV without a header: columns are 0-based indices."),
-        _opt("--max-seq-length", type=click.IntRange(min=8), help="Tokens per example/window [default: 128; "
-             "384 for qa]."),
-        _opt("--doc-stride", type=click.IntRange(min=1), help="Step between context windows (qa)."),
-        _opt("--max-query-length", type=click.IntRange(min=1), help="Question tokens kept (qa)."),
-        click.option("--version-2", is_flag=True, default=None, help="SQuAD v2.0: questions may have no answer (qa)."),
-        _opt("--null-threshold", type=float, help="v2: predict no answer when null score - best span > this."),
-        _opt("--n-best", type=click.IntRange(min=1), help="Candidate answers kept per question (qa)."),
-        _opt("--max-answer-length", type=click.IntRange(min=1), help="Longest answer in tokens (qa)."),
-    ]):
-        fn = deco(fn)
-    return fn
+# Each task's own data options: `finetune classify|qa` take their task's, evaluate both.
+TASK_DATA_OPTIONS = {
+    "classify": [
+        ("--text-column", dict(help="Column holding the text.")),
+        ("--text-pair-column", dict(help="Column holding the second text of a pair.")),
+        ("--label-column", dict(help="Column holding the label.")),
+        ("--no-header", dict(is_flag=True, default=False, help="TSV/CSV without a header: columns are 0-based "
+                                                               "indices.")),
+    ],
+    "qa": [
+        ("--doc-stride", dict(type=click.IntRange(min=1), help="Step between context windows.")),
+        ("--max-query-length", dict(type=click.IntRange(min=1), help="Question tokens kept.")),
+        ("--version-2", dict(is_flag=True, default=None, help="SQuAD v2.0: questions may have no answer.")),
+        ("--null-threshold", dict(type=float, help="v2: predict no answer when null score - best span > this.")),
+        ("--n-best", dict(type=click.IntRange(min=1), help="Candidate answers kept per question.")),
+        ("--max-answer-length", dict(type=click.IntRange(min=1), help="Longest answer in tokens.")),
+    ],
+}
 
 
-_opt_default = _opt
+def data_options(task: str | None, defaults: bool = True):
+    """Where the examples come from and how they are read. `task` "classify" or "qa": the
+    options of that task only (finetune classify|qa); None: both tasks' options, each help
+    ending in its task (evaluate, which works on either). defaults=False: no defaults, so
+    an option not given falls back on the run's own."""
+    opt = functools.partial(_opt, defaults=defaults)
+    length_help = {"classify": "Tokens per example.", "qa": "Tokens per window (question + context).",
+                   None: "Tokens per example (classify) or window (qa)."}[task]
+    decorators = [
+        opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
+        opt("--dataset-config", help="The dataset's configuration (e.g. glue's 'rte')."),
+        opt("--train-split", help="Split to train on (datasets and DatasetDict dirs)."),
+        opt("--validation-split", help="Split to evaluate on."),
+        # Its default depends on the task (FinetuneConfig resolves None): shown, not set.
+        opt("--max-seq-length", type=click.IntRange(min=8), help=length_help + (
+            f" [default: {384 if task == 'qa' else 128}]" if task and defaults else "")),
+    ]
+    for name in (task,) if task else TASK_DATA_OPTIONS:
+        for option, settings in TASK_DATA_OPTIONS[name]:
+            settings = dict(settings, help=settings["help"] + ("" if task else f" ({name})"))
+            if settings.get("is_flag") and not defaults:
+                settings["default"] = None  # absent: the run's own (False would override it)
+            decorators.append(opt(option, **settings))
+    return lambda fn: _apply(fn, decorators)
+
+
 # --unpad, the same on finetune, evaluate and predict.
 unpad_option = _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
 
 
-def training_options(fn):
-    for deco in reversed([
+def training_options(task: str):
+    """How to train; `task` adds its own (--num-labels: classify)."""
+    return lambda fn: _apply(fn, [
         click.option("--model", required=True, type=EXISTING, help="The BERT to start from: our run/checkpoint or "
                      "a transformers dir (BertModel, BertForPreTraining, ...)."),
         click.option("--train", type=EXISTING, help="Training file (or save_to_disk dir)."),
@@ -87,13 +106,19 @@ def training_options(fn):
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
         _opt("--metric-for-best", help="Eval metric picking the model kept in RUN/hf [default: accuracy; pearson "
              "for regression; f1 for qa]."),
-        _opt("--num-labels", type=click.IntRange(min=1), help="Classes (1 = regression) [default: from the data]."),
+        *([_opt("--num-labels", type=click.IntRange(min=1), help="Classes (1 = regression) [default: from the "
+                "data].")] if task == "classify" else []),
         _opt("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the model dir carries none."),
         click.option("--allow-changed-options", is_flag=True, help="On resume, continue with changed options (logged)."),
         click.option("--report-to", multiple=True, type=click.Choice(["none", "tensorboard", "wandb"]),
                      help="Also send metrics to TensorBoard or W&B; repeatable."),
         click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."),
-    ]):
+    ])
+
+
+def _apply(fn, decorators: list):
+    """Options in the order listed (decorators apply bottom-up)."""
+    for deco in reversed(decorators):
         fn = deco(fn)
     return fn
 
@@ -121,8 +146,8 @@ def _run(task: str, options: dict) -> None:
 
 
 @finetune.command("classify", context_settings=CONTEXT_SETTINGS)
-@training_options
-@data_options
+@training_options("classify")
+@data_options("classify")
 @user_errors
 def classify(**options):
     """Fine-tune [CLS] -> linear for classification (or regression with --num-labels 1).
@@ -140,8 +165,8 @@ def classify(**options):
 
 
 @finetune.command("qa", context_settings=CONTEXT_SETTINGS)
-@training_options
-@data_options
+@training_options("qa")
+@data_options("qa")
 @user_errors
 def qa(**options):
     """Fine-tune start/end scores per token for extractive question answering.
@@ -165,11 +190,14 @@ def qa(**options):
 @_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
 @unpad_option
 @click.option("--overwrite", is_flag=True, help="Replace the prediction files an earlier evaluation left in --out.")
-@data_options(defaults=False)
+@data_options(None, defaults=False)
 @user_errors
 def evaluate(run, data, out, device, unpad, overwrite, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
+
+    Data options default to those the run was trained with; each applies to one task,
+    classify or qa, as its help says. Unlabelled data: `bertmodel predict RUN --file`.
 
     \b
     Example:

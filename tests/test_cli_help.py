@@ -38,3 +38,50 @@ def test_group_help_and_version(group, prog):
     assert runner.invoke(group, ["-h"]).exit_code == 0
     result = runner.invoke(group, ["--version"])
     assert result.exit_code == 0 and result.output.startswith(f"{prog}, version ")
+
+
+CLASSIFY_ONLY = {"--text-column", "--text-pair-column", "--label-column", "--no-header", "--num-labels"}
+QA_ONLY = {"--doc-stride", "--max-query-length", "--version-2", "--null-threshold", "--n-best",
+           "--max-answer-length"}
+
+
+@pytest.mark.parametrize("name, own, other", [("classify", CLASSIFY_ONLY, QA_ONLY), ("qa", QA_ONLY, CLASSIFY_ONLY)])
+def test_each_finetune_task_takes_and_shows_only_its_own_options(name, own, other):
+    group = bertmodel_main.commands["finetune"]
+    options = {opt for param in group.commands[name].params for opt in param.opts}
+    assert own <= options and not other & options
+    shown = CliRunner().invoke(group, [name, "--help"]).output
+    assert not [opt for opt in other if f"{opt} " in shown]
+    refused = CliRunner().invoke(group, [name, "--model", ".", "--out", "x", sorted(other)[0], "1"])
+    assert refused.exit_code == 2 and "No such option" in refused.output
+
+
+def test_task_options_keep_their_defaults_and_the_help_shows_them():
+    group = bertmodel_main.commands["finetune"]
+    given = {name: group.commands[name].make_context(name, ["--model", ".", "--out", "x"]).params
+             for name in ("classify", "qa")}
+    assert {k: given["classify"][k] for k in ("text_column", "label_column", "text_pair_column", "no_header",
+                                              "num_labels", "max_seq_length")} == {
+        "text_column": "sentence", "label_column": "label", "text_pair_column": None, "no_header": False,
+        "num_labels": None, "max_seq_length": None}
+    assert {k: given["qa"][k] for k in ("doc_stride", "max_answer_length", "max_query_length", "n_best",
+                                        "null_threshold", "version_2", "max_seq_length")} == {
+        "doc_stride": 128, "max_answer_length": 30, "max_query_length": 64, "n_best": 20,
+        "null_threshold": 0.0, "version_2": None, "max_seq_length": None}
+    shown = {name: " ".join(CliRunner().invoke(group, [name, "--help"]).output.split()) for name in given}
+    assert "Tokens per example. [default: 128] [x>=8]" in shown["classify"]
+    assert "Tokens per window (question + context). [default: 384] [x>=8]" in shown["qa"]
+
+
+def test_evaluate_takes_both_tasks_options_and_says_which_task_each_is_for():
+    command = bertmodel_main.commands["evaluate"]
+    given = command.make_context("evaluate", ["."]).params
+    shown = " ".join(CliRunner().invoke(bertmodel_main, ["evaluate", "--help"]).output.split())
+    for param in command.params:
+        if param.opts[0] in CLASSIFY_ONLY - {"--num-labels"}:
+            assert param.help.endswith("(classify)"), param.opts[0]
+        elif param.opts[0] in QA_ONLY:
+            assert param.help.endswith("(qa)"), param.opts[0]
+        if param.opts[0] in CLASSIFY_ONLY | QA_ONLY:
+            assert given[param.name] is None, param.opts[0]  # absent: the run's own option
+    assert "Data options default to those the run was trained with" in shown

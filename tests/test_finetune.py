@@ -212,6 +212,20 @@ def test_the_pair_reaches_the_model(pair_run):
     assert len({one.split("\t")[1], other.split("\t")[1], alone.split("\t")[1]}) == 3
 
 
+def test_evaluate_reads_data_as_the_run_did_without_a_header(tiny_bert, tmp_path):
+    """CoLA's layout (no header; label in column 1, text in 3): evaluate, given no data
+    options, reads the run's validation file with the run's --no-header."""
+    rng = random.Random(6)
+    train = tmp_path / "train.tsv"
+    train.write_text("".join(f"src\t{i % 2}\t\t{sentence(rng)}\n" for i in range(12)))
+    out = tmp_path / "run"
+    finetune("classify", tiny_bert, out, "--train", train, "--validation", train, "--no-header",
+             "--text-column", "3", "--label-column", "1", "--max-steps", "1")
+    result = invoke("evaluate", out, "--out", tmp_path / "eval")
+    assert result.exit_code == 0, result.output
+    assert len(read_jsonl(tmp_path / "eval" / "predictions.jsonl")) == 12
+
+
 # -- labels of each kind -----------------------------------------------------------------
 
 def test_integer_labels_from_jsonl_keep_their_values(tiny_bert, tmp_path):
