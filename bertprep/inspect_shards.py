@@ -14,8 +14,9 @@ import pyarrow as pa
 from bertprep import schema, storage
 from bertprep.errors import BertprepError
 from bertprep.manifest import confidence_interval, pairing
-from bertprep.masking import MaskingConfig, num_to_predict
+from bertprep.masking import MaskingConfig, counts_to_predict
 from bertprep.pair_quality import LABEL_NAMES, degenerate_pairs_warning, figures, likely_cause, rows_label
+from bertprep.rows import Rows
 
 
 def read_manifest(out) -> dict:
@@ -47,27 +48,28 @@ def _flat(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
     return values[offsets[0] : offsets[-1]], offsets - offsets[0]
 
 
-def _measure_shard(path, mask_id: int, masking: MaskingConfig, counts: dict, histogram: np.ndarray) -> None:
+def _measure_shard(path, special: dict, masking: MaskingConfig, counts: dict, histogram: np.ndarray) -> None:
     """Add one shard's figures, a record batch at a time, read (not memory-mapped,
     whose pages would stay resident): the sums are the same, and memory follows a batch
     (4,096 rows), not the shard or the output."""
     try:
         with storage.open_input(path) as stream:
             for batch in pa.ipc.open_stream(stream):
-                _measure_batch(batch, mask_id, masking, counts, histogram)
+                _measure_batch(batch, special, masking, counts, histogram)
     except (pa.ArrowInvalid, OSError) as exc:
         raise _unreadable(path, exc) from None
 
 
-def _measure_batch(batch: pa.RecordBatch, mask_id: int, masking: MaskingConfig, counts: dict,
+def _measure_batch(batch: pa.RecordBatch, special: dict, masking: MaskingConfig, counts: dict,
                    histogram: np.ndarray) -> None:
     ids, row_offsets = _flat(batch.column(schema.INPUT_IDS))
     positions, mlm_offsets = _flat(batch.column(schema.MASKED_LM_POSITIONS))
     labels, _ = _flat(batch.column(schema.MASKED_LM_IDS))
     lengths = np.diff(row_offsets)
     per_row = np.diff(mlm_offsets)
-    shown = ids[np.repeat(row_offsets[:-1], per_row) + positions.astype(np.int64)]
-    as_mask = shown == mask_id
+    at = np.repeat(row_offsets[:-1], per_row) + positions.astype(np.int64)
+    shown = ids[at]
+    as_mask = shown == special["mask"]
     kept = ~as_mask & (shown == labels)
     counts["rows"] += batch.num_rows
     counts["tokens"] += int(lengths.sum())
@@ -76,8 +78,21 @@ def _measure_batch(batch: pa.RecordBatch, mask_id: int, masking: MaskingConfig, 
     counts["kept"] += int(kept.sum())
     counts["random"] += int((~as_mask & ~kept).sum())
     counts["nsp_random"] += int(batch.column(schema.NEXT_SENTENCE_LABEL).to_numpy().sum())
-    counts["expected_positions"] += int(num_to_predict(lengths, masking).sum())
+    counts["expected_positions"] += int(counts_to_predict(_unmasked_rows(ids, row_offsets, at, labels, special),
+                                                          masking).sum())
     histogram += np.bincount(lengths, minlength=len(histogram))[: len(histogram)]
+
+
+def _unmasked_rows(ids, offsets, at, labels, special: dict) -> Rows:
+    """The rows as masking saw them: the originals back at the masked positions (a random
+    replacement may be any id with --random-from-whole-vocab), and as specials the
+    [CLS]/[SEP] tokens, which text never yields (a literal "[SEP]" encodes as text)."""
+    original = ids.copy()
+    original[at] = labels
+    lengths = np.diff(offsets)
+    return Rows(input_ids=original, token_type_ids=np.zeros(len(original), np.int8), offsets=offsets,
+                a_lengths=lengths - 2, next_sentence_label=np.zeros(len(lengths), np.int8),
+                special=np.isin(original, [special["cls"], special["sep"]]))
 
 
 def measure(out) -> dict:
@@ -90,7 +105,7 @@ def measure(out) -> dict:
     masking = MaskingConfig(max_predictions_per_seq=options["max_predictions_per_seq"],
                             masked_lm_prob=options["masked_lm_prob"])
     for shard in manifest["shards"]:
-        _measure_shard(out / shard["name"], special["mask"], masking, counts, histogram)
+        _measure_shard(out / shard["name"], special, masking, counts, histogram)
     return _report(manifest, counts, histogram)
 
 

@@ -63,13 +63,28 @@ class MaskedLM:
     num_random: int = 0  # positions given a random id
 
 
-def num_to_predict(lengths: np.ndarray, config: MaskingConfig, candidates: np.ndarray | None = None) -> np.ndarray:
-    """The reference's count, capped by the candidates (by default length minus the 3
-    specials of a pair row)."""
+def num_to_predict(lengths: np.ndarray, config: MaskingConfig, candidates: np.ndarray) -> np.ndarray:
+    """The reference's count for rows of `lengths` tokens (specials included), capped by
+    `candidates`, the positions each row may mask. Rows at hand go through
+    `counts_to_predict`, which counts their candidates."""
     lengths = np.asarray(lengths, dtype=np.int64)
     wanted = np.rint(lengths * config.masked_lm_prob).astype(np.int64)  # half to even
     wanted = np.minimum(config.max_predictions_per_seq, np.maximum(1, wanted))
-    return np.minimum(wanted, lengths - 3 if candidates is None else candidates)
+    return np.minimum(wanted, candidates)
+
+
+def counts_to_predict(rows: Rows, config: MaskingConfig) -> np.ndarray:
+    """How many positions each row masks (whole words may leave a row short of it): the
+    count for its length, capped by its candidates, its length less its specials (a pair
+    row's 3; a FULL-SENTENCES row's [CLS], final [SEP] and one [SEP] per document
+    boundary). The one rule: masking counts with it, and so does build-shards' check of
+    the rows read back (inspect_shards, from their [CLS]/[SEP] tokens)."""
+    return _counts(rows, config, _special_positions(rows)[0])
+
+
+def _counts(rows: Rows, config: MaskingConfig, special_row: np.ndarray) -> np.ndarray:
+    candidates = rows.lengths - np.bincount(special_row, minlength=rows.num_rows)
+    return num_to_predict(rows.lengths, config, candidates)
 
 
 def _special_positions(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -85,20 +100,13 @@ def _special_positions(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     return row, pos
 
 
-def _candidates(rows: Rows) -> np.ndarray | None:
-    if rows.special is None:
-        return None
-    return rows.lengths - np.add.reduceat(rows.special.astype(np.int64), rows.offsets[:-1]) \
-        if len(rows.special) else np.zeros(rows.num_rows, np.int64)
-
-
 def choose_positions(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.random.Generator):
     """(positions, counts): chosen positions per row, flat, ascending within a row."""
     if config.whole_word_mask:
         return _whole_word_positions(rows, config, vocab, rng)
     lengths = rows.lengths
-    counts = num_to_predict(lengths, config, _candidates(rows))
     special_row, special_pos = _special_positions(rows)
+    counts = _counts(rows, config, special_row)
     pieces = []
     for lo in range(0, rows.num_rows, ROWS_PER_CHUNK):
         hi = min(lo + ROWS_PER_CHUNK, rows.num_rows)
@@ -125,10 +133,10 @@ def _chunk_positions(lengths, special_row, special_pos, counts, rng) -> np.ndarr
 
 def _whole_word_positions(rows: Rows, config, vocab: Vocabulary, rng):
     lengths = rows.lengths
-    wanted = num_to_predict(lengths, config, _candidates(rows))
     continuation = vocab.is_continuation
     tokens = rows.input_ids
     special_row, special_pos = _special_positions(rows)
+    wanted = _counts(rows, config, special_row)
     specials = np.split(special_pos, np.searchsorted(special_row, np.arange(1, rows.num_rows)))
     chosen_rows, counts = [], np.zeros(rows.num_rows, dtype=np.int64)
     for r in range(rows.num_rows):
@@ -228,11 +236,14 @@ def cap_warnings(length_histogram, config: MaskingConfig) -> list[str]:
     if tokens == 0:
         return []
     uncapped = MaskingConfig(int(lengths.max()), config.masked_lm_prob)
-    capped_rate = int((num_to_predict(lengths, config) * counts).sum()) / tokens
-    uncapped_rate = int((num_to_predict(lengths, uncapped) * counts).sum()) / tokens
+    # A histogram does not say how many specials a row has: take a pair row's 3. Only
+    # the shortest rows' candidates bind; this warning is about the long rows' cap.
+    candidates = lengths - 3
+    capped_rate = int((num_to_predict(lengths, config, candidates) * counts).sum()) / tokens
+    uncapped_rate = int((num_to_predict(lengths, uncapped, candidates) * counts).sum()) / tokens
     if capped_rate >= CAP_WARNING_SHARE * uncapped_rate:
         return []
-    needed = int(num_to_predict(lengths[-1:], uncapped)[0])
+    needed = int(num_to_predict(lengths[-1:], uncapped, candidates[-1:])[0])
     return [
         f"--max-predictions-per-seq {config.max_predictions_per_seq} caps masking at {capped_rate:.1%} of tokens, "
         f"well below --masked-lm-prob {config.masked_lm_prob:g} ({uncapped_rate:.1%} for these row lengths): "

@@ -149,7 +149,7 @@ def test_num_to_predict_rounds_half_to_even_like_python():
     for prob in (0.15, 0.1, 0.2, 0.5):
         config = MaskingConfig(80, prob)
         expected = [min(80, max(1, round(n * prob)), n - 3) for n in lengths]
-        assert num_to_predict(lengths, config).tolist() == expected
+        assert num_to_predict(lengths, config, lengths - 3).tolist() == expected  # a pair row's candidates
 
 
 def big_partition(seed: int) -> TokenizedPartition:
@@ -214,8 +214,8 @@ def check_masking_statistics(rows, original, masked, pool: np.ndarray, config: M
     assert stat < chi_square_bound(dof), (stat, dof)
     stat, dof = chi_square_independence(before[is_random].astype(np.int64), draws.astype(np.int64))
     assert stat < chi_square_bound(dof), (stat, dof)
-    # Labelled positions per row: the count formula for the row's length.
-    assert np.array_equal(np.diff(masked.offsets), num_to_predict(rows.lengths, config))
+    # Labelled positions per row: the count formula for the row's length (pair rows: 3 specials).
+    assert np.array_equal(np.diff(masked.offsets), num_to_predict(rows.lengths, config, rows.lengths - 3))
     return n
 
 
