@@ -1,4 +1,5 @@
-"""Checkpoints: RUN/checkpoints/step-N/, written atomically, pruned to the last K.
+"""Checkpoints: RUN/checkpoints/step-N/, written atomically, pruned to the last K (never
+the best model's while it is the best); RUN/best.json, which says which step that is.
 
 A checkpoint is a plain dict saved with `torch.save` (and loaded with weights_only=True):
   model      state dict of the unwrapped module (transformers' names, no _orig_mod. or
@@ -8,11 +9,17 @@ A checkpoint is a plain dict saved with `torch.save` (and loaded with weights_on
   rng        python / numpy / torch / cuda generator states
   data       {"cursor": global samples consumed, "seed": data order seed}
   config     BertConfig.to_dict();  train  the TrainConfig as a dict;  step  N
+  best       {"step", "metric", "value"[, "eval_loss"]} of the best model so far (fine-tuning) or None
+  interval   the logging interval's sums so far (training/loop.py), so the first line
+             logged after a resume covers the whole interval
+  eval_pending  True when a stop cut this step's evaluation short (it runs first on resume)
 plus tokenizer/ (the shards' tokenizer files, so a checkpoint is self-contained) and
 meta.json (step and the size of state.pt), written last.
 
 Writing: everything goes to checkpoints/.tmp-step-N-PID/, which is renamed to step-N/
-when complete. Loading considers only step-N/ directories whose meta.json exists and
+when complete; then older checkpoints are pruned to the newest keep_last, except the
+one of the best step (state["best"]), which stays while it is the best: a fine-tuning
+run keeps its latest and its best checkpoint by default. Loading considers only step-N/ directories whose meta.json exists and
 whose state.pt has the recorded size, so a checkpoint cut short by a crash (or a
 leftover .tmp directory) is never loaded.
 """
@@ -36,6 +43,7 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 STATE_FILE = "state.pt"
 FULL_DISK_BYTES = 1 << 20  # less free space than this after a failed write: the disk is full
 META_FILE = "meta.json"
+BEST_FILE = "best.json"  # RUN/best.json: the step and metric of the best model (the one in RUN/hf)
 
 
 def rng_state() -> dict:
@@ -139,12 +147,37 @@ def save_checkpoint(run_dir, state: dict, tokenizer_files: dict[str, Path] | Non
         shutil.rmtree(final)
     os.replace(tmp, final)
     if keep_last:
-        for _, old in list_checkpoints(run_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune(run_dir, keep_last, best_step=(state.get("best") or {}).get("step"))
     for stale in root.glob(".tmp-step-*"):  # leftovers of killed runs of this RUN dir
         if stale != tmp and not _pid_alive(stale.name.rsplit("-", 1)[-1]):
             shutil.rmtree(stale, ignore_errors=True)
     return final
+
+
+def prune(run_dir, keep_last: int, best_step: int | None = None) -> None:
+    """Delete all but the newest keep_last checkpoints, never the best step's."""
+    for step, old in list_checkpoints(run_dir)[:-keep_last]:
+        if step != best_step:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def read_best(run_dir) -> dict | None:
+    """RUN/best.json ({"step", "metric", "value", ...}), or None when the run keeps no best model."""
+    path = Path(run_dir) / BEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        best = json.loads(path.read_text())
+        int(best["step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BertmodelError(f"{path}: cannot be read ({exc})") from None
+    return best
+
+
+def write_best(run_dir, best: dict) -> None:
+    tmp = Path(run_dir) / f".{BEST_FILE}.tmp"
+    tmp.write_text(json.dumps(best, indent=2) + "\n")
+    tmp.replace(Path(run_dir) / BEST_FILE)
 
 
 def load_checkpoint(ckpt_dir) -> dict:

@@ -103,6 +103,8 @@ def training_options(task: str):
         unpad_option,
         _opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: every epoch)."),
         _opt("--save-every", type=click.IntRange(min=1), help="Checkpoint every N steps [default: every epoch]."),
+        _opt("--keep-last", type=click.IntRange(min=1), help="Newest checkpoints to keep; the best model's "
+             "checkpoint is kept as well."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
         _opt("--metric-for-best", help="Eval metric picking the model kept in RUN/hf [default: accuracy; pearson "
              "for regression; f1 for qa]."),

@@ -10,7 +10,6 @@ decision. What the loss, the metrics and the FLOPs are is the task's business.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,8 +27,6 @@ from bertmodel.metrics import MetricsWriter, peak_flops
 from bertmodel.model.unpad import unpad_kernel
 from bertmodel.optim import Schedule, clip_and_step, set_lr
 from bertprep.progress import progress_bar
-
-BEST_FILE = "best.json"  # RUN/best.json: the step and metric of the model in RUN/hf
 
 
 @dataclass
@@ -62,6 +59,7 @@ class Trainer:
     bad_total: int = 0
     bad_in_row: int = 0
     best: dict | None = None  # {"step", "metric", "value"} of the model exported to RUN/hf
+    inputs: dict | None = None  # what the run trains on (task.inputs()), recorded in every checkpoint
 
     def __post_init__(self):
         self.stats = self.task.new_stats(self.d.device)
@@ -175,9 +173,7 @@ class Trainer:
         self.best = {"step": self.step, "metric": name, "value": value}
         if self.d.is_main:
             self._export(self.model)
-            tmp = self.run / f".{BEST_FILE}.tmp"
-            tmp.write_text(json.dumps(self.best, indent=2) + "\n")
-            tmp.replace(self.run / BEST_FILE)
+            ckpt.write_best(self.run, self.best)
         self.log(f"best {name} so far: {value:.4f} at step {self.step:,}; exported to {self.run / 'hf'}")
 
     def _export(self, source) -> None:
@@ -195,7 +191,8 @@ class Trainer:
                      "scheduler": {"step": self.step}, "rng": rngs,
                      "data": {"cursor": self.cursor, "seed": cfg.seed, "rows": len(self.task.train_set)},
                      "config": self.config.to_dict(), "train": asdict(cfg), "step": self.step,
-                     "skipped_steps": self.bad_total, "task": self.task.state(), "best": self.best}
+                     "skipped_steps": self.bad_total, "task": self.task.state(), "best": self.best,
+                     "inputs": self.inputs}
             self.saved = ckpt.save_checkpoint(self.run, state, self.task.tokenizer.files, cfg.keep_last)
             if self.task.best_metric is None or self.best is None:
                 self._export(state)
