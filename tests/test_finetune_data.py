@@ -157,6 +157,23 @@ def test_bad_text_files(tmp_path, name, content, match):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("name, content, where", [
+    ("cut.jsonl", '{"sentence": "a", "label": 1}\n{"sentence": "b\n',
+     "line 2: not valid JSON (Unterminated string starting at: column 14)"),
+    ("comma.jsonl", '{"sentence": "a", "label": 1}\n{"sentence": "b" "label": 0}\n',
+     "line 2: not valid JSON (Expecting ',' delimiter: column 18)"),
+    ("cut.json", '[{"sentence": "a", "label": 1},\n {"sentence": "b, "label": 0}]\n',
+     "line 2: not valid JSON (Expecting ',' delimiter: column 20)"),
+])
+def test_json_errors_say_where(tmp_path, name, content, where):
+    """The decoder's message alone ("Unterminated string starting at") names no place."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertmodelError) as info:
+        read_table(path, "sentence")
+    assert str(info.value) == f"{path}: {where}"
+
+
 def test_bad_bytes_missing_file_and_bad_parquet(tmp_path):
     path = tmp_path / "latin1.tsv"
     path.write_bytes(b"sentence\tlabel\ncaf\xe9\t1\n")

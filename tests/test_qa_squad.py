@@ -101,9 +101,11 @@ def test_bad_rows(tmp_path):
     rows = _rows()
     lines = [json.dumps(r) for r in rows]
     assert _bad(tmp_path, lines[0] + "\n{oops\n", "r.jsonl") == \
-        "line 2: not valid JSON (Expecting property name enclosed in double quotes at column 2)"
+        "line 2: not valid JSON (Expecting property name enclosed in double quotes: column 2)"
     del rows[1]["context"]
     assert _bad(tmp_path, "\n".join(json.dumps(r) for r in rows), "r.jsonl") == "question a2: missing field 'context'"
+    assert _bad(tmp_path, lines[0] + '\n{"id": "a2", "context": "x\n', "r.jsonl") == \
+        "line 2: not valid JSON (Unterminated string starting at: column 25)"  # not "starting at at"
     rows = _rows()
     rows[1]["answers"]["answer_start"] = [15]
     assert _bad(tmp_path, "\n".join(json.dumps(r) for r in rows), "r.jsonl") == \

@@ -100,7 +100,8 @@ def _read_jsonl(path: Path, text: str) -> list[SquadExample]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BertmodelError(f"{path}: line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            # "msg: column N", not "msg at column N": one message ends in "starting at".
+            raise BertmodelError(f"{path}: line {number}: not valid JSON ({exc.msg}: column {exc.colno})") from None
         examples.append(_row_example(row, f"{path}", number, where=f"line {number}"))
     return examples
 

@@ -191,7 +191,7 @@ def _read_json_records(path: Path, text: str) -> _Table:
         try:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise BertmodelError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+            raise BertmodelError(f"{path}: line {exc.lineno}: not valid JSON ({_json_error(exc)})") from None
         starts = [None] * len(records)
     else:
         for number, line in enumerate(text.split("\n"), start=1):
@@ -200,7 +200,7 @@ def _read_json_records(path: Path, text: str) -> _Table:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise BertmodelError(f"{path}: line {number}: not valid JSON ({exc.msg})") from None
+                raise BertmodelError(f"{path}: line {number}: not valid JSON ({_json_error(exc)})") from None
             starts.append(number)
     if not records:
         raise BertmodelError(f"{path}: empty file (no records)")
@@ -344,6 +344,12 @@ def _labels(values: list, column, source: str, record, class_names: list[str] | 
             value = class_names[value]
         out.append(value)
     return out
+
+
+def _json_error(exc: json.JSONDecodeError) -> str:
+    """The decoder's message with its column: some ("Unterminated string starting at")
+    only make sense with a place (the line is already in the message it goes into)."""
+    return f"{exc.msg}: column {exc.colno}"
 
 
 def _first_line(exc: BaseException) -> str:
