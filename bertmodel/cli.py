@@ -139,21 +139,32 @@ def finish_run(out: str, last: dict, keys) -> None:
 @click.argument("out_dir", type=DIR)
 @click.option("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the checkpoint carries none.")
 @click.option("--overwrite", is_flag=True, help="Replace OUT_DIR when it is not empty.")
+@click.option("--best", "which", flag_value="best", help="From a run dir: the best model by its --metric-for-best "
+              "(RUN/best.json; what RUN/hf, evaluate and predict use) [default for fine-tuning runs].")
+@click.option("--latest", "which", flag_value="latest", help="From a run dir: the latest checkpoint [default for "
+              "runs without a best model, e.g. pre-training].")
+@click.option("--step", type=click.IntRange(min=0), help="From a run dir: the checkpoint of step N.")
 @user_errors
-def export_hf_command(checkpoint, out_dir, tokenizer, overwrite):
+def export_hf_command(checkpoint, out_dir, tokenizer, overwrite, which, step):
     """Write a transformers directory (config.json, model.safetensors, tokenizer files)
     of the checkpoint's class (BertForPreTraining, BertForSequenceClassification, ...)
-    from a run dir (latest checkpoint), a checkpoint dir or an HF dir.
+    from a run dir, a checkpoint dir or an HF dir. From a run dir: the best model of a
+    fine-tuning run, else the latest checkpoint (--best, --latest or --step N to choose);
+    the line printed says which step it is.
 
     \b
     Example:
       bertmodel export-hf run/checkpoints/step-10000 bert-mini/
+      bertmodel export-hf rte-run/ rte-model/ --latest
     """
     from bertmodel.hf import export_to_dir
 
-    pre = export_to_dir(checkpoint, out_dir, tokenizer=tokenizer, overwrite=overwrite)
+    if which and step is not None:
+        raise click.UsageError(f"--{which} and --step both choose the checkpoint; give one")
+    pre, note = export_to_dir(checkpoint, out_dir, tokenizer=tokenizer, overwrite=overwrite, which=which, step=step)
     click.echo(f"wrote {out_dir} ({pre.architecture}, {pre.config.num_hidden_layers} layers, hidden "
-               f"{pre.config.hidden_size}" + (f", step {pre.step:,}" if pre.step is not None else "") + ")")
+               f"{pre.config.hidden_size}" + (f", step {pre.step:,}" if pre.step is not None else "")
+               + (f": {note}" if note else "") + ")")
 
 
 @main.command("fill-mask", context_settings=CONTEXT_SETTINGS)

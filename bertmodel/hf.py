@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertmodel.checkpoint import is_disk_full, latest_checkpoint, load_checkpoint, unwrap_state_dict
+from bertmodel.checkpoint import (is_disk_full, latest_checkpoint, list_checkpoints, load_checkpoint, read_best,
+                                  unwrap_state_dict)
 from bertmodel.config import BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info
@@ -300,12 +301,68 @@ def _inside(a: Path, b: Path) -> bool:
     return a == b or b in a.parents
 
 
-def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False) -> Pretrained:
+def is_run_dir(path: Path) -> bool:
+    """A RUN dir of ours (checkpoints/ and no config.json), as load_pretrained reads it."""
+    return (path / "checkpoints").is_dir() and not (path / "config.json").is_file()
+
+
+def choose_from_run(run: Path, which: str | None = None, step: int | None = None) -> tuple[Path, int, str]:
+    """The model of a RUN dir to export: (directory to load, its step, what it is in words).
+
+    which "best": the best model by the run's --metric-for-best (RUN/best.json), from its
+    checkpoint or, when that step was evaluated between checkpoints, from RUN/hf (which
+    holds it; it is what `evaluate` and `predict` use); "latest": the latest checkpoint;
+    step: checkpoints/step-N. Default: best where the run keeps one (fine-tuning with
+    validation data), else latest."""
+    best = read_best(run)
+    kept = list_checkpoints(run)
+    if step is not None:
+        found = dict(kept).get(step)
+        if found is None:
+            steps = ", ".join(str(s) for s, _ in kept) or "none"
+            hint = f"; --best exports the best model (step {best['step']:,})" if best else ""
+            raise BertmodelError(f"{run}: no checkpoint of step {step:,} (kept: {steps}){hint}")
+        return found, step, "as asked" + (f"; the best by {best['metric']} is step {best['step']:,}"
+                                          if best and best["step"] != step else "")
+    which = which or ("best" if best else "latest")
+    latest = kept[-1] if kept else None
+    if which == "latest":
+        if latest is None:
+            raise BertmodelError(f"{run}: a run directory without a complete checkpoint")
+        other = (f"; the best by {best['metric']} is step {best['step']:,} (--best)"
+                 if best and best["step"] != latest[0] else "")
+        return latest[1], latest[0], "the latest checkpoint" + other
+    if best is None:
+        raise BertmodelError(f"{run}: no best model (no {run / 'best.json'}: a pre-training run, or one not "
+                             "evaluated yet); use --latest or --step N")
+    step = int(best["step"])
+    source = dict(kept).get(step) or run / "hf"
+    if source == run / "hf" and not (source / "config.json").is_file():
+        raise BertmodelError(f"{run}: the best model (step {step:,}) has neither a checkpoint nor {source}; "
+                             "use --latest or --step N")
+    other = f"; --latest exports step {latest[0]:,}" if latest and latest[0] != step else ""
+    return source, step, f"the best by {best['metric']} {best['value']:.4f}" + other
+
+
+def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, which: str | None = None,
+                  step: int | None = None) -> tuple[Pretrained, str]:
     """`bertmodel export-hf`: export `source` (run, checkpoint or HF dir) to out_dir,
     which must be new or empty unless overwrite is given, and may never be (or hold, or
-    lie inside) the source itself: replacing it would delete what is being exported."""
+    lie inside) the source itself: replacing it would delete what is being exported.
+    From a run, `which` ("best", "latest") or `step` picks the model (choose_from_run).
+    Returns the model exported and what it is in words ("" for a checkpoint or HF dir)."""
     out_dir, src = Path(out_dir), Path(source)
-    pre = load_pretrained(src)
+    note = ""
+    if is_run_dir(src):
+        chosen, chosen_step, note = choose_from_run(src, which, step)
+    elif which is not None or step is not None:
+        raise BertmodelError(f"{source}: --best, --latest and --step choose among a run directory's "
+                             "checkpoints; this is a checkpoint or model directory, exported as it is")
+    else:
+        chosen, chosen_step = src, None
+    pre = load_pretrained(chosen)
+    if chosen_step is not None:
+        pre.step = chosen_step  # RUN/hf records no step; best.json does
     out_abs, src_abs, ckpt_abs = out_dir.resolve(), src.resolve(), Path(pre.source).resolve()
     for origin in {src_abs, ckpt_abs}:
         if _inside(out_abs, origin) or _inside(origin, out_abs):
@@ -321,4 +378,4 @@ def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False) -> P
     export_hf({"model": pre.state_dict, "config": pre.config.to_dict(),
                "task": {"architecture": pre.architecture, "hf_config": pre.head.get("hf_config")}},
               out_dir, tokenizer=tok)
-    return pre
+    return pre, note

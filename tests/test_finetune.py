@@ -87,7 +87,8 @@ def test_classify_pairs_writes_metrics_best_model_and_labels(pair_run, pair_file
     best = json.loads((pair_run / "best.json").read_text())
     assert best["metric"] == "accuracy"
     assert best["value"] == max(r["eval_accuracy"] for r in evals)
-    assert best["step"] == min(r["step"] for r in evals if r["eval_accuracy"] == best["value"])
+    tied = [r for r in evals if r["eval_accuracy"] == best["value"]]  # a tie goes to the lower eval loss
+    assert best["step"] == min(r["step"] for r in tied if r["eval_loss"] == min(t["eval_loss"] for t in tied))
     config = json.loads((pair_run / "hf" / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}  # sorted, as run_glue

@@ -82,3 +82,92 @@ def test_pruning_never_removes_the_best_checkpoint_while_it_is_the_best(tmp_path
     assert steps_kept(tmp_path) == [4, 5, 6]
     ckpt.save_checkpoint(tmp_path, _tiny_state(7), keep_last=2)  # no best model (pre-training): the last K
     assert steps_kept(tmp_path) == [6, 7]
+
+
+# -- the best model, and what export-hf writes ------------------------------------------
+
+SCRIPTED = {2: (0.5, 0.70), 4: (0.5, 0.60), 6: (0.5, 0.65)}  # step: (accuracy, loss)
+
+
+@pytest.fixture(scope="module")
+def tied_run(tiny_bert, pair_files, tmp_path_factory):
+    """A run whose three evaluations tie on accuracy; step 4's has the lowest loss."""
+    from bertmodel.tasks.classification import ClassificationTask
+
+    steps = iter(sorted(SCRIPTED))
+
+    def scripted(self, *args, **kwargs):
+        accuracy, loss = SCRIPTED[next(steps)]
+        return {"eval_accuracy": accuracy, "eval_macro_f1": 0.4, "eval_mcc": 0.0, "eval_loss": loss}
+
+    out = tmp_path_factory.mktemp("tied") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ClassificationTask, "evaluate", scripted)
+        result = invoke(*classify_args(tiny_bert, pair_files, out))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_a_tie_of_the_best_metric_goes_to_the_lower_eval_loss(tied_run):
+    assert json.loads((tied_run / "best.json").read_text()) == {"step": 4, "metric": "accuracy", "value": 0.5,
+                                                                "eval_loss": 0.6}
+    assert steps_kept(tied_run) == [4, 6]
+
+
+def safetensors_of(directory):
+    from safetensors.torch import load_file
+
+    return load_file(str(directory / "model.safetensors"))
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_export_hf_of_a_finetuning_run_writes_the_best_model_and_says_so(tied_run, tmp_path):
+    result = invoke("export-hf", tied_run, tmp_path / "best")
+    assert result.exit_code == 0, result.output
+    assert result.output == (f"wrote {tmp_path / 'best'} (BertForSequenceClassification, 2 layers, hidden 128, "
+                             "step 4: the best by accuracy 0.5000; --latest exports step 6)\n")
+    assert same_weights(safetensors_of(tmp_path / "best"), safetensors_of(tied_run / "hf"))  # what evaluate uses
+    again = invoke("export-hf", tied_run, tmp_path / "again", "--best")
+    assert again.output == result.output.replace(str(tmp_path / "best"), str(tmp_path / "again"))
+
+    latest = invoke("export-hf", tied_run, tmp_path / "latest", "--latest")
+    assert latest.output == (f"wrote {tmp_path / 'latest'} (BertForSequenceClassification, 2 layers, hidden 128, "
+                             "step 6: the latest checkpoint; the best by accuracy is step 4 (--best))\n")
+    step6 = ckpt.load_checkpoint(tied_run / "checkpoints" / "step-6")["model"]
+    exported = safetensors_of(tmp_path / "latest")
+    assert all(torch.equal(exported[k], step6[k]) for k in exported)
+    assert not same_weights(exported, safetensors_of(tmp_path / "best"))
+
+    chosen = invoke("export-hf", tied_run, tmp_path / "step4", "--step", "4")
+    assert chosen.output == (f"wrote {tmp_path / 'step4'} (BertForSequenceClassification, 2 layers, hidden 128, "
+                             "step 4: as asked)\n")
+    assert same_weights(safetensors_of(tmp_path / "step4"), safetensors_of(tmp_path / "best"))
+
+
+def test_export_hf_choices_that_cannot_be_met_are_one_line(tied_run, tmp_path):
+    pruned = invoke("export-hf", tied_run, tmp_path / "x", "--step", "2")
+    assert pruned.exit_code == 1 and pruned.stderr == (f"Error: {tied_run}: no checkpoint of step 2 (kept: 4, 6); "
+                                                       "--best exports the best model (step 4)\n")
+    both = invoke("export-hf", tied_run, tmp_path / "x", "--latest", "--step", "6")
+    assert both.exit_code == 2 and "--latest and --step both choose the checkpoint; give one" in both.stderr
+    checkpoint = invoke("export-hf", tied_run / "checkpoints" / "step-6", tmp_path / "x", "--best")
+    assert checkpoint.exit_code == 1 and "this is a checkpoint or model directory, exported as it is" in \
+        checkpoint.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_export_hf_of_a_run_without_a_best_model_writes_the_latest(tiny_bert, pair_files, tmp_path):
+    out = tmp_path / "run"  # no validation data: no best model, as in pre-training
+    result = invoke("finetune", "classify", "--model", tiny_bert, "--out", out, *FAST, "--train", pair_files[0],
+                    "--text-column", "sentence1", "--text-pair-column", "sentence2", "--max-steps", 2)
+    assert result.exit_code == 0, result.output
+    exported = invoke("export-hf", out, tmp_path / "model")
+    assert exported.output == (f"wrote {tmp_path / 'model'} (BertForSequenceClassification, 2 layers, hidden 128, "
+                               "step 2: the latest checkpoint)\n")
+    refused = invoke("export-hf", out, tmp_path / "other", "--best")
+    assert refused.exit_code == 1 and refused.stderr == (
+        f"Error: {out}: no best model (no {out / 'best.json'}: a pre-training run, or one not evaluated yet); "
+        "use --latest or --step N\n")

@@ -29,6 +29,27 @@ from bertmodel.optim import Schedule, clip_and_step, set_lr
 from bertprep.progress import progress_bar
 
 
+def tie_loss(metrics: dict) -> float | None:
+    """The evaluation's loss, which breaks a tie of the best metric: eval_loss, or eval_mse
+    for regression (its training loss); None where the task reports none (QA)."""
+    for key in ("eval_loss", "eval_mse"):
+        value = metrics.get(key)
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+    return None
+
+
+def is_better(best: dict | None, value: float, loss: float | None, greater: bool) -> bool:
+    """Whether an evaluation beats the best so far: a better metric, or the same metric
+    (accuracy on a small validation set ties often) at a lower eval loss; otherwise the
+    earlier step stays."""
+    if best is None:
+        return True
+    if value != best["value"]:
+        return value > best["value"] if greater else value < best["value"]
+    return loss is not None and best.get("eval_loss") is not None and loss < best["eval_loss"]
+
+
 @dataclass
 class Interval:
     """Throughput counters since the last log line (this rank)."""
@@ -58,7 +79,7 @@ class Trainer:
     cursor: int = 0
     bad_total: int = 0
     bad_in_row: int = 0
-    best: dict | None = None  # {"step", "metric", "value"} of the model exported to RUN/hf
+    best: dict | None = None  # {"step", "metric", "value"[, "eval_loss"]} of the model exported to RUN/hf
     inputs: dict | None = None  # what the run trains on (task.inputs()), recorded in every checkpoint
 
     def __post_init__(self):
@@ -168,9 +189,11 @@ class Trainer:
         value = metrics.get(f"eval_{name}")
         if value is None or not math.isfinite(value):
             return
-        if self.best is not None and not (value > self.best["value"] if greater else value < self.best["value"]):
+        loss = tie_loss(metrics)
+        if not is_better(self.best, value, loss, greater):
             return
-        self.best = {"step": self.step, "metric": name, "value": value}
+        self.best = {"step": self.step, "metric": name, "value": value,
+                     **({"eval_loss": loss} if loss is not None else {})}
         if self.d.is_main:
             self._export(self.model)
             ckpt.write_best(self.run, self.best)
