@@ -22,6 +22,7 @@ import torch
 
 from bertmodel import checkpoint as ckpt
 from bertmodel.cli import main as model_main
+from bertmodel.training.run_dir import write_run_record
 from bertmodel.testing import small_shard_dir
 from bertprep.build import staging_path
 from bertprep.cli import main as prep_main
@@ -299,7 +300,7 @@ def test_pretrain_disk_full_on_a_tiny_disk(shards, straight, tmp_path):
         assert [s for s, _ in ckpt.list_checkpoints(run)] == [2]
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]
         assert ckpt.load_checkpoint(run / "checkpoints" / "step-2")["step"] == 2
-        assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "hf", "metrics.jsonl"]
+        assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "hf", "metrics.jsonl", "run.json"]
         assert json.loads((run / "hf" / "config.json").read_text())["vocab_size"] == 255
         import subprocess
 
@@ -334,6 +335,7 @@ def test_metrics_of_a_killed_run_are_cleaned_on_restart(shards, tmp_path):
     step 0: those records go, and the torn line does not stop it."""
     run = tmp_path / "run"
     run.mkdir()
+    write_run_record(run, "pretraining", "BertForPreTraining")  # what a run writes before its first step
     (run / "metrics.jsonl").write_text('{"step": 1, "loss": 9.9}\n{"step": 2, "lo')
     result = invoke(model_main, *pretrain_args(shards, run, max_steps=2))
     assert result.exit_code == 0, result.output

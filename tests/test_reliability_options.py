@@ -173,7 +173,7 @@ def test_pretrain_output_paths(shards, tmp_path):
     (theirs / "notes.txt").write_text("keep me")
     result = invoke(model_main, *base, "--out", theirs)
     assert one_line_error(result, theirs, exit_code=1) == (
-        f"{theirs}: exists and is not a run directory (no checkpoints/ or metrics.jsonl); "
+        f"{theirs}: exists and is not a run directory (no run.json or checkpoints); "
         "choose a new or empty --out")
     assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
     result = invoke(model_main, *base, "--out", tmp_path / "run", "--data", a_file)

@@ -164,9 +164,9 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     if resume is not None:
         # What the run is, and what it was trained on, before any of it is loaded.
         check_task_of_checkpoint(run, resume, task.name)
-        check_resume_options({**resume.get("train", {}), "seed": resume["data"].get("seed")}, cfg, log)
-        check_resume_inputs(resume.get("inputs"), inputs, cfg, log)
+        check_resume_inputs(resume.get("inputs"), inputs, cfg, log)  # a head's label set, before it is loaded
         model = task.model_for_checkpoint(resume)
+        check_resume_options({**resume.get("train", {}), "seed": resume["data"].get("seed")}, cfg, log)
     else:
         torch.manual_seed(cfg.seed)  # the initial weights depend on the seed only
         model = task.fresh_model(log)
