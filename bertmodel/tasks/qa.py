@@ -34,6 +34,13 @@ def read_examples(cfg, which: str):
     return None
 
 
+def refuse_unanswerable(examples) -> None:
+    """SQuAD v1.1 (no --version-2) has no questions without an answer: such data is v2.0."""
+    if impossible := [e for e in examples if e.is_impossible]:
+        raise BertmodelError(f"{impossible[0].source}: question {impossible[0].id} has no answer (SQuAD v2.0 "
+                             f"data, {len(impossible):,} such questions); pass --version-2")
+
+
 class WindowSet:
     """QA windows + the padding policy: what the loader collates from."""
 
@@ -78,6 +85,10 @@ class QATask:
         pad = self.tokenizer.special_ids.get("pad", 0)
         multiple = pad_multiple(d.device)
         self.validation = read_examples(cfg, "validation")
+        if self.validation is not None and not cfg.version_2:
+            # Before any work: the v1.1 metric has no score for them (evaluate, or the
+            # first evaluation of a fine-tuning run, would fail there).
+            refuse_unanswerable(self.validation)
         self.validation_windows = None
         if self.validation is not None:
             self.validation_windows = WindowSet(self._features(self.validation, training=False), pad, multiple)
@@ -87,9 +98,8 @@ class QATask:
         train = read_examples(cfg, "train")
         if train is None:
             raise BertmodelError("give the training data: --train FILE or --dataset NAME")
-        if not cfg.version_2 and (impossible := [e for e in train if e.is_impossible]):
-            raise BertmodelError(f"{impossible[0].source}: question {impossible[0].id} has no answer (SQuAD v2.0 "
-                                 f"data, {len(impossible):,} such questions); pass --version-2")
+        if not cfg.version_2:
+            refuse_unanswerable(train)
         features = self._features(train, training=True)
         for skipped in features.skipped[:5]:
             log(f"warning: {skipped.message()}; skipped")
