@@ -13,6 +13,7 @@ from bertmodel.finetune import FinetuneConfig
 from bertprep.clikit import OneLineErrors, user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+NO_ANSWER = "(no answer)"  # how predict shows SQuAD v2.0's empty answer on the command line
 UNPAD_HELP = ("on: compute only the real tokens of each batch (packed); off: padded; auto: what measured faster on "
               "the device (packed for classification on the CPU, padded otherwise; QA is always padded).")
 
@@ -239,7 +240,7 @@ def predict(run, texts, pairs, file, question, context, device, unpad):
         if not (question and context):
             raise click.UsageError("--question and --context go together")
         for r in predict_answers(run, [question], [context], device=device, unpad=unpad):
-            click.echo(f"{r['answer']}\t{r['score']:.4f}")
+            click.echo(f"{r['answer'] or NO_ANSWER}\t{r['score']:.4f}")
         return
     records = None
     if file:

@@ -132,8 +132,9 @@ def predict_texts(model, texts: list[str], pairs: list[str] | None = None, devic
 
 def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu",
                     unpad: str = "auto") -> list[dict]:
-    """The best answer span (and its probability among the n-best) for each question
-    (`unpad` is accepted for symmetry: QA always runs padded, see model/unpad.py)."""
+    """The predicted answer span ("" for no answer, SQuAD v2.0) and its probability among
+    the n-best for each question (`unpad` is accepted for symmetry: QA always runs padded,
+    see model/unpad.py)."""
     from bertmodel.data.qa_features import prepare_qa_features
     from bertmodel.data.squad import SquadExample
     from bertmodel.tasks.qa import WindowSet
@@ -146,11 +147,14 @@ def predict_answers(model, questions: list[str], contexts: list[str], device: st
     cfg = task.cfg
     windows = WindowSet(prepare_qa_features(examples, task.tok, cfg.max_seq_length, cfg.doc_stride,
                                             cfg.max_query_length, training=False), 0, 1)
-    _, nbest = task.predict(net, examples, windows, d.device, contextlib.nullcontext(), cfg.eval_batch_size)
+    predictions, nbest = task.predict(net, examples, windows, d.device, contextlib.nullcontext(), cfg.eval_batch_size)
     out = []
     for e in examples:
-        best = (nbest.get(e.id) or [{"text": "", "probability": 0.0}])[0]
-        out.append({"question": e.question, "answer": best["text"], "score": float(best["probability"])})
+        # The answer evaluate scores (v2.0: "" when the null score beats the best span by
+        # the run's --null-threshold), with its probability among the n-best.
+        answer = predictions.get(e.id, "")
+        score = next((c["probability"] for c in nbest.get(e.id, ()) if c["text"] == answer), 0.0)
+        out.append({"question": e.question, "answer": answer, "score": float(score)})
     return out
 
 

@@ -76,3 +76,22 @@ def test_evaluate_v2_data_with_a_v1_model_names_version_2(qa_run, tmp_path):
     scored = invoke("evaluate", qa_run, "--data", v2, "--version-2", "--out", tmp_path / "eval")
     assert scored.exit_code == 0, scored.output
     assert {"exact_match", "f1", "HasAns_f1", "NoAns_f1"} <= set(json.loads(scored.stdout))
+
+
+@pytest.fixture(scope="module")
+def qa_v2_run(tiny_bert, tmp_path_factory):
+    """A SQuAD v2.0 model whose null threshold makes every answer "no answer"."""
+    root = tmp_path_factory.mktemp("qa-v2")
+    rng = random.Random(5)
+    train = squad_file(root / "train.json", rng, articles=3, unanswerable=4)
+    return finetune("qa", tiny_bert, root / "run", "--train", train, "--version-2", "--null-threshold", "-1000",
+                    "--max-steps", "1", "--max-seq-length", "32", "--doc-stride", "8")
+
+
+# -- predict on the command line -----------------------------------------------------------
+
+def test_a_v2_no_answer_prints_no_answer_and_its_score(qa_v2_run):
+    result = invoke("predict", qa_v2_run, "--question", "w1 w2", "--context", "w3 w4 w5 w6 w7")
+    assert result.exit_code == 0, result.output
+    answer, score = result.stdout.rstrip("\n").split("\t")
+    assert answer == "(no answer)" and 0 < float(score) <= 1
