@@ -27,7 +27,9 @@ from bertmodel.model.unpad import Packing
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        # padding_idx as transformers: the [PAD] row gets no gradient from the lookup. It
+        # matters where padded positions reach the loss (QA's softmax over the window).
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
