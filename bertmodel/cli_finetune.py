@@ -220,66 +220,56 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
 @click.argument("run", type=EXISTING)
 @click.argument("texts", nargs=-1)
 @click.option("--pair", "pairs", multiple=True, help="Second text of each pair, in order (classify).")
-@click.option("--file", "file", type=EXISTING, help="JSONL of {\"text\": ...[, \"text_pair\": ...]}; JSONL out.")
+@click.option("--file", "file", type=EXISTING, help="Records to predict: JSONL, CSV, TSV, Parquet or a save_to_disk "
+              "dir. Classify: the run's text (and text-pair) columns, or text (and text_pair). QA: question, context "
+              "and optionally id, or SQuAD JSON. Writes JSONL.")
+@click.option("--out", type=click.Path(dir_okay=False), help="With --file: write the JSONL here [default: stdout].")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @click.option("--question", help="A question (QA models).")
 @click.option("--context", help="The context to find its answer in (QA models).")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @unpad_option
 @user_errors
-def predict(run, texts, pairs, file, question, context, device, unpad):
-    """Labels with probabilities for texts, or the answer to --question in --context.
+def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad):
+    """Labels with probabilities for texts, or the answer to --question in --context; or a
+    JSON line of either for each record of --file.
 
     \b
     Example:
       bertmodel predict rte/ "The cat sat." --pair "A cat was sitting."
       bertmodel predict qa/ --question "Who wrote it?" --context "It was written by Ada."
+      bertmodel predict rte/ --file RTE/test.tsv --out rte-test.jsonl
     """
-    from bertmodel.evaluation import predict_answers, predict_texts
+    from bertmodel.evaluation import predict_answers, predict_file, predict_texts, write_predictions
 
+    def warn(message: str) -> None:
+        click.echo(f"warning: {message}", err=True)
+
+    if file and (texts or pairs or question or context):
+        raise click.UsageError("--file takes the place of texts, --pair, --question and --context")
+    if out and not file:
+        raise click.UsageError("--out goes with --file")
+    if file:
+        records = predict_file(run, file, device=device, unpad=unpad, warn=warn)
+        if out:
+            write_predictions(out, records, overwrite=overwrite)
+            click.echo(f"predictions: {out} ({len(records):,} records)", err=True)
+        else:
+            for r in records:
+                click.echo(json.dumps(r, ensure_ascii=False))
+        return
     if question or context:
         if not (question and context):
             raise click.UsageError("--question and --context go together")
         for r in predict_answers(run, [question], [context], device=device, unpad=unpad):
             click.echo(f"{r['answer'] or NO_ANSWER}\t{r['score']:.4f}")
         return
-    records = None
-    if file:
-        records = _read_jsonl(file)
-        texts = [r["text"] for r in records]
-        pairs = [r["text_pair"] for r in records] if isinstance(records[0].get("text_pair"), str) else ()
     if not texts:
         raise click.UsageError("give texts, --file, or --question with --context")
     if pairs and len(pairs) != len(texts):
         raise click.UsageError(f"{len(pairs)} --pair for {len(texts)} texts")
-    results = predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad)
-    for r in results:
-        if records is not None:
-            click.echo(json.dumps(r, ensure_ascii=False))
-        elif "label" in r:
+    for r in predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad, warn=warn):
+        if "label" in r:
             click.echo(f"{r['label']}\t{r['probability']:.4f}\t{r['text']}")
         else:
             click.echo(f"{r['prediction']:.4f}\t{r['text']}")
-
-
-def _read_jsonl(path) -> list[dict]:
-    from bertmodel.errors import BertmodelError
-
-    records, first = [], {}  # the first line without (False) / with (True) a text_pair
-    for n, line in enumerate(open(path, encoding="utf-8"), 1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise BertmodelError(f"{path}: line {n} is not JSON ({exc})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise BertmodelError(f"{path}: line {n} has no \"text\" string")
-            records.append(record)
-            # Pairs or single texts, the same for every record: a pair on some lines only
-            # would otherwise be dropped (or be a KeyError) without a word.
-            first.setdefault(isinstance(record.get("text_pair"), str), n)
-    if not records:
-        raise BertmodelError(f"{path}: no records")
-    if len(first) == 2:
-        raise BertmodelError(f"{path}: line {first[False]} has no \"text_pair\" string, but line {first[True]} has "
-                             "one; give every record a text_pair, or none")
-    return records

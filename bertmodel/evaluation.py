@@ -1,6 +1,10 @@
 """`bertmodel evaluate` and `bertmodel predict` on a fine-tuned model: a RUN dir (its
 hf/, the best model) or any exported directory of ours or of transformers.
 
+Prediction takes texts, questions and contexts, or a file of them (`predict_file`): any
+table format `data/tables.py` reads, in the columns the run was trained on (or "text" and
+"text_pair"; "question", "context" and an optional "id" for QA), or SQuAD JSON.
+
 Evaluation reads the data options the run was trained with (bertmodel_task.json beside
 config.json) unless told otherwise, prints the task's metrics and writes predictions:
 predictions.jsonl (classification) or predictions.json + nbest_predictions.json in the
@@ -13,7 +17,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bertmodel import parallel
@@ -73,6 +76,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
         net = BertForSequenceClassification(pre.config, labels.num_labels)
     load_into(net, pre)
     set_unpad(net, resolve_unpad(unpad, d.device, net))  # only how it computes: the weights are the same
+    task.trained_options = pre.head.get("options")  # the run's data options; None: a transformers dir
     return task, net.to(d.device).eval(), d
 
 
@@ -108,18 +112,81 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
 
 
 def predict_texts(model, texts: list[str], pairs: list[str] | None = None, device: str = "cpu",
-                  unpad: str = "auto") -> list[dict]:
-    """Label and probabilities for each text (pair) with a fine-tuned classifier."""
-    from bertmodel.data.classification import encode_texts, pad_batch
+                  unpad: str = "auto", warn=None) -> list[dict]:
+    """Label and probabilities for each text (pair) with a fine-tuned classifier;
+    `warn(message)` hears of pairs given to a model trained on single texts, or the reverse."""
+    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
+    if _is_qa(task):
+        raise BertmodelError(f"{model}: a question-answering model; pass --question and --context")
+    _check_pairing(model, task, pairs is not None, warn, "pass --pair for each text")
+    return _classify(task, net, d, texts, pairs)
+
+
+def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu",
+                    unpad: str = "auto") -> list[dict]:
+    """The predicted answer span ("" for no answer, SQuAD v2.0) and its probability among
+    the n-best for each question (`unpad` is accepted for symmetry: QA always runs padded,
+    see model/unpad.py)."""
+    from bertmodel.data.squad import SquadExample
 
     task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
-    if hasattr(task, "validation_windows"):
-        raise BertmodelError(f"{model}: a question-answering model; pass --question and --context")
-    encoded = encode_texts(task.tok, texts, pairs, task.cfg.max_seq_length)
-    batch = {k: torch.from_numpy(v).to(d.device) for k, v in pad_batch(encoded, np.arange(len(texts)), task.pad,
-                                                                         task.multiple).items()}
-    with torch.no_grad():
-        logits = net(**batch).logits.float().cpu()
+    if not _is_qa(task):
+        raise BertmodelError(f"{model}: a classifier, not a question-answering model; pass texts")
+    examples = [SquadExample(str(i), "", q, c, [], False, "command line") for i, (q, c) in
+                enumerate(zip(questions, contexts))]
+    return _answer(task, net, d, examples)
+
+
+def predict_file(model, path, device: str = "cpu", unpad: str = "auto", warn=None) -> list[dict]:
+    """One prediction record per record of `path` (JSONL, CSV, TSV, Parquet, a save_to_disk
+    dir; for QA also SQuAD JSON, answers optional), in order: predict_texts' records for a
+    classifier (text in the run's --text-column, or "text"; its pair in the run's
+    --text-pair-column, or "text_pair"), predict_answers' for a QA model ("question",
+    "context"; "id", when the file has one, goes first in each record)."""
+    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
+    if _is_qa(task):
+        examples, ids = _read_questions(path)
+        records = _answer(task, net, d, examples)
+        return records if ids is None else [{"id": i, **r} for i, r in zip(ids, records)]
+    texts, pairs, pair_column = _read_texts(task, path)
+    _check_pairing(model, task, pairs is not None, warn, f"{path} has no {pair_column!r} column")
+    return _classify(task, net, d, texts, pairs)
+
+
+def write_predictions(path, records: list[dict], overwrite: bool = False) -> None:
+    """`records` as JSON lines at `path`, atomically; an existing file only with `overwrite`."""
+    path = Path(path)
+    if path.is_dir():
+        raise BertmodelError(f"{path}: a directory; give a file name")
+    if path.exists() and not overwrite:
+        raise BertmodelError(f"{path}: already exists; pass --overwrite to replace it")
+    _write_jsonl(path, records)
+
+
+def _is_qa(task) -> bool:
+    return hasattr(task, "validation_windows")
+
+
+def _check_pairing(model, task, given_pairs: bool, warn, hint: str) -> None:
+    """Warn when the input's kind (pairs or single texts) is not what the run was trained on."""
+    trained = task.trained_options
+    if warn is None or trained is None:  # a transformers dir does not say what it saw
+        return
+    if trained.get("text_pair_column") is not None and not given_pairs:
+        warn(f"{model} was trained on text pairs ({trained.get('text_column')!r} + "
+             f"{trained['text_pair_column']!r}) but is given single texts; {hint}")
+    elif trained.get("text_pair_column") is None and given_pairs:
+        warn(f"{model} was trained on single texts but is given text pairs; its predictions for a second "
+             "segment it never saw mean little")
+
+
+def _classify(task, net, d, texts: list[str], pairs: list[str] | None) -> list[dict]:
+    from bertmodel.data.classification import encode_texts
+    from bertmodel.tasks.classification import EncodedSet
+
+    encoded = EncodedSet(encode_texts(task.tok, texts, pairs, task.cfg.max_seq_length), task.pad, task.multiple)
+    logits = torch.from_numpy(task.predict(net, encoded, d.device, contextlib.nullcontext(),
+                                           task.cfg.eval_batch_size))
     inputs = [{"text": t} if pairs is None else {"text": t, "text_pair": pair}
               for t, pair in zip(texts, pairs or texts)]
     if task.labels.regression:
@@ -130,20 +197,10 @@ def predict_texts(model, texts: list[str], pairs: list[str] | None = None, devic
              "probabilities": dict(zip(names, map(float, p)))} for given, p in zip(inputs, probs)]
 
 
-def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu",
-                    unpad: str = "auto") -> list[dict]:
-    """The predicted answer span ("" for no answer, SQuAD v2.0) and its probability among
-    the n-best for each question (`unpad` is accepted for symmetry: QA always runs padded,
-    see model/unpad.py)."""
+def _answer(task, net, d, examples) -> list[dict]:
     from bertmodel.data.qa_features import prepare_qa_features
-    from bertmodel.data.squad import SquadExample
     from bertmodel.tasks.qa import WindowSet
 
-    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
-    if not hasattr(task, "validation_windows"):
-        raise BertmodelError(f"{model}: a classifier, not a question-answering model; pass texts")
-    examples = [SquadExample(str(i), "", q, c, [], False, "command line") for i, (q, c) in
-                enumerate(zip(questions, contexts))]
     cfg = task.cfg
     windows = WindowSet(prepare_qa_features(examples, task.tok, cfg.max_seq_length, cfg.doc_stride,
                                             cfg.max_query_length, training=False), 0, 1)
@@ -156,6 +213,59 @@ def predict_answers(model, questions: list[str], contexts: list[str], device: st
         score = next((c["probability"] for c in nbest.get(e.id, ()) if c["text"] == answer), 0.0)
         out.append({"question": e.question, "answer": answer, "score": float(score)})
     return out
+
+
+def _open_table(path, header: bool = True):
+    """A table reader's view of a prediction file; a file of any other suffix is read as
+    JSON lines (what predict --file took before it read tables)."""
+    from bertmodel.data.tables import SUFFIX_FORMATS, open_table
+
+    path = Path(path)
+    jsonl = path.is_file() and path.suffix.lower() not in SUFFIX_FORMATS
+    return open_table(path, header=header, file_format="jsonl" if jsonl else None)
+
+
+def _read_texts(task, path) -> tuple[list[str], list[str] | None, str]:
+    """(texts, pairs or None, the pair column looked for) of a file to classify."""
+    cfg = task.cfg
+    table = _open_table(path, header=not cfg.no_header)
+    text_column, pair_column = cfg.text_column, cfg.text_pair_column
+    if not table.has(text_column) and table.has("text"):
+        text_column, pair_column = "text", "text_pair"
+    # Not the table reader's --no-header hint: predict reads files as the run read its own.
+    table.hint = f" (predict reads the run's text column, {cfg.text_column!r}, or one named 'text')"
+    texts = table.texts(text_column, blank_ok=True)
+    if pair_column is None or not table.has(pair_column):
+        return texts, None, pair_column
+    values = table.get(table.column(pair_column, "text-pair"))
+    first = {}  # the first record without (False) / with (True) a pair
+    for i, value in enumerate(values):
+        first.setdefault(isinstance(value, str), i)
+    if len(first) == 2:  # a pair on some records only would be dropped or misread
+        raise BertmodelError(f"{table.source}: {table.record(first[False])} has no \"{pair_column}\" string, but "
+                             f"{table.record(first[True])} has one; give every record a {pair_column}, or none")
+    return texts, (values if True in first else None), pair_column
+
+
+def _read_questions(path) -> tuple[list, list | None]:
+    """(SquadExamples, the file's ids or None) of a file of questions to answer."""
+    from bertmodel.data.squad import SquadExample, read_squad_document
+
+    path = Path(path)
+    if path.is_file() and path.suffix.lower() == ".json" and (examples := read_squad_document(path)):
+        return examples, [e.id for e in examples]
+    table = _open_table(path)
+    table.hint = " (predict reads the questions from 'question', their contexts from 'context')"
+    questions, contexts = table.texts("question", "question"), table.texts("context", "context")
+    ids = None
+    if table.has("id"):
+        ids = table.get(table.column("id", "id"))
+        for i, value in enumerate(ids):
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise BertmodelError(f"{table.source}: {table.record(i)}: id {value!r} is not text or a number")
+    # Our ids are the record numbers: the file's may repeat, and the answers are by id.
+    return [SquadExample(str(i), "", q, c, [], False, table.source)
+            for i, (q, c) in enumerate(zip(questions, contexts))], ids
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:

@@ -13,6 +13,9 @@ Accepted inputs (`read_squad`):
 A question is impossible (v2.0) when the file says `is_impossible: true` or it has no
 answers; its `answers` list is then empty. Any malformed record is a `BertmodelError`
 naming the file and the record, never a partial list.
+
+`read_squad_document` reads a nested SQuAD JSON file whose questions may lack `answers`
+altogether: questions to predict answers for (`bertmodel predict RUN --file`).
 """
 from __future__ import annotations
 
@@ -67,7 +70,30 @@ def read_squad(source: str | Path, config: str | None = None,
 
 # --- files -----------------------------------------------------------------------------
 
-def _read_file(path: Path) -> list[SquadExample]:
+def read_squad_document(path: str | Path) -> list[SquadExample] | None:
+    """The questions of a nested SQuAD JSON file (`{"data": [articles]}`), answers optional
+    (a question without any has `answers` []); None for a file of another shape (JSON
+    lines, an array of rows), which a table reader reads. Errors as read_squad."""
+    path = Path(path)
+    text = _file_text(path)
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # JSON lines under a .json name
+            return None
+        raise BertmodelError(f"{path}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+    if not (isinstance(document, dict) and "data" in document):
+        return None
+    examples = _nested_examples(document["data"], str(path), answers_required=False)
+    if not examples:
+        raise BertmodelError(f"{path}: no questions")
+    _check_unique_ids(examples, str(path))
+    return examples
+
+
+def _file_text(path: Path) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -76,6 +102,11 @@ def _read_file(path: Path) -> list[SquadExample]:
         raise BertmodelError(f"{path}: cannot read ({exc.strerror})") from None
     if not text.strip():
         raise BertmodelError(f"{path}: empty file")
+    return text
+
+
+def _read_file(path: Path) -> list[SquadExample]:
+    text = _file_text(path)
     if path.suffix.lower() == ".jsonl":
         return _read_jsonl(path, text)
     try:
@@ -106,7 +137,7 @@ def _read_jsonl(path: Path, text: str) -> list[SquadExample]:
     return examples
 
 
-def _nested_examples(data: Any, source: str) -> list[SquadExample]:
+def _nested_examples(data: Any, source: str, answers_required: bool = True) -> list[SquadExample]:
     if not isinstance(data, list):
         raise BertmodelError(f"{source}: 'data' must be a list of articles, got {type(data).__name__}")
     examples = []
@@ -122,10 +153,23 @@ def _nested_examples(data: Any, source: str) -> list[SquadExample]:
                 where = f"question {qid}" if isinstance(qid, str) else f"article {a} paragraph {p} question {q}"
                 qid = _field(qa, "id", str, source, where)
                 question = _field(qa, "question", str, source, where)
-                answers = [_answer(item, source, where) for item in _field(qa, "answers", list, source, where)]
+                answers = [_answer(item, source, where) for item in _answers(qa, source, where, answers_required)]
                 impossible = _field(qa, "is_impossible", bool, source, where, default=False)
                 examples.append(_example(qid, title, question, context, answers, impossible, source))
     return examples
+
+
+def _unlabelled(source: str, where: str) -> BertmodelError:
+    # Training and evaluation need answers; a file of questions alone is prediction input.
+    return BertmodelError(f"{source}: {where}: missing field 'answers' (unlabelled questions: predict their "
+                          f"answers with `bertmodel predict RUN --file {source}`)")
+
+
+def _answers(qa: dict, source: str, where: str, required: bool = True) -> list:
+    """The `answers` list of a nested question; one without the field is unlabelled."""
+    if qa.get("answers") is None and required:
+        raise _unlabelled(source, where)
+    return _field(qa, "answers", list, source, where, default=[])
 
 
 def _answer(item: Any, source: str, where: str) -> tuple[str, int]:
@@ -146,6 +190,8 @@ def _row_example(row: Any, source: str, index: int, where: str | None = None) ->
     title = _field(row, "title", str, source, where, default="")
     context = _field(row, "context", str, source, where)
     question = _field(row, "question", str, source, where)
+    if row.get("answers") is None:
+        raise _unlabelled(source, where)
     raw = _field(row, "answers", (dict, list), source, where)
     if isinstance(raw, list):  # a list of {text, answer_start} objects, as in SQuAD JSON
         answers = [_answer(item, source, where) for item in raw]

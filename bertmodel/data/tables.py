@@ -4,6 +4,8 @@ One entry point per kind of source, both returning `LabelledTexts` (texts, optio
 text pairs, raw labels, where they came from):
 - `read_table(path, ...)`: a file, or a `datasets` `save_to_disk` directory;
 - `read_hub_dataset(name, ...)`: `datasets.load_dataset(name, config, split=...)`.
+`open_table(path)` gives the same files as a `Table` of named columns, for readers that
+choose their columns by what the file holds (`bertmodel predict --file`).
 
 Formats, chosen by suffix (or `file_format=`):
 - `.tsv`/`.tab`: split on TAB with no quote processing, as GLUE's own reader does
@@ -65,7 +67,7 @@ class LabelledTexts:
 
 
 @dataclass
-class _Table:
+class Table:
     """What a format reader hands over: columns by name (or index), and record names."""
 
     columns: list[Column]  # every column present, in file order
@@ -73,6 +75,33 @@ class _Table:
     line_numbers: np.ndarray | None
     class_names: dict[Column, list[str]]  # datasets ClassLabel columns -> names
     hint: str = ""  # appended to a missing-column error
+    source: str = ""  # the file or directory, for messages
+
+    def has(self, column: Column) -> bool:
+        return column in self.columns or (isinstance(column, str) and column.isdigit()
+                                          and int(column) in self.columns)
+
+    def column(self, column: Column, role: str) -> Column:
+        """`column` as the file names it ("3" from a command line is index 3 in a
+        header-less file); a missing column is an error listing those there are."""
+        if column in self.columns:
+            return column
+        if isinstance(column, str) and column.isdigit() and int(column) in self.columns:
+            return int(column)
+        # A header-less file read as if it had one shows its first row: keep that short.
+        shown = ", ".join(repr(c) if len(str(c)) <= 40 else repr(str(c)[:40]) + "…" for c in self.columns[:30])
+        more = f", … ({len(self.columns)} in all)" if len(self.columns) > 30 else ""
+        raise BertmodelError(f"{self.source}: no {role} column {column!r}; the columns are {shown}{more}"
+                             f"{self.hint}")
+
+    def record(self, i: int) -> str:
+        """How errors name record i: 'line 17' in a text file, 'row 16' in Arrow data."""
+        return f"line {int(self.line_numbers[i])}" if self.line_numbers is not None else f"row {i}"
+
+    def texts(self, column: Column, role: str = "text", blank_ok: bool = False) -> list[str]:
+        """The strings of `column`; a missing or non-text cell (a blank one unless
+        `blank_ok`: prediction input) is an error naming its record."""
+        return _texts(self.get(self.column(column, role)), column, self.source, self.record, blank_ok)
 
 
 def read_table(path, text_column: Column, text_pair_column: Column | None = None,
@@ -87,6 +116,12 @@ def read_table(path, text_column: Column, text_pair_column: Column | None = None
     Raises BertmodelError (one line, naming the file) for a missing file, an unknown
     format, an empty file, a missing column, a malformed record, a blank text or a blank
     label."""
+    table = open_table(path, split=split, header=header, file_format=file_format)
+    return _select(table, table.source, text_column, text_pair_column, label_column, labels_required)
+
+
+def open_table(path, *, split: str | None = None, header: bool = True, file_format: str | None = None) -> Table:
+    """The columns of a file or `save_to_disk` directory (formats and errors as read_table)."""
     path = Path(path)
     if not path.exists():
         raise BertmodelError(f"{path}: no such file or directory")
@@ -95,8 +130,7 @@ def read_table(path, text_column: Column, text_pair_column: Column | None = None
         raise BertmodelError(f"{path}: unknown table format {path.suffix or '(no suffix)'!r}; "
                              f"use one of {', '.join(SUFFIX_FORMATS)} or a save_to_disk directory")
     if fmt == "dataset":
-        return _from_dataset(_load_from_disk(path, split), str(path), text_column,
-                             text_pair_column, label_column, labels_required)
+        return _dataset_table(_load_from_disk(path, split), str(path))
     if fmt == "parquet":
         table = _read_parquet(path)
     else:
@@ -107,7 +141,8 @@ def read_table(path, text_column: Column, text_pair_column: Column | None = None
             table = _read_delimited(path, text, header, tsv=False)
         else:
             table = _read_json_records(path, text)
-    return _select(table, str(path), text_column, text_pair_column, label_column, labels_required)
+    table.source = str(path)
+    return table
 
 
 def read_hub_dataset(name: str, text_column: Column, text_pair_column: Column | None = None,
@@ -122,7 +157,8 @@ def read_hub_dataset(name: str, text_column: Column, text_pair_column: Column | 
         ds = datasets.load_dataset(name, config, split=split, cache_dir=cache_dir)
     except Exception as exc:  # datasets raises many types (hub, builder, split); one line
         raise BertmodelError(f"{source}: cannot load the dataset ({_first_line(exc)})") from None
-    return _from_dataset(ds, source, text_column, text_pair_column, label_column, labels_required)
+    return _select(_dataset_table(ds, source), source, text_column, text_pair_column, label_column,
+                   labels_required)
 
 
 # -- formats ---------------------------------------------------------------------------
@@ -137,7 +173,7 @@ def _read_text(path: Path) -> str:
                              f"(byte 0x{data[exc.start]:02x} at offset {exc.start:,})") from None
 
 
-def _read_delimited(path: Path, text: str, header: bool, tsv: bool) -> _Table:
+def _read_delimited(path: Path, text: str, header: bool, tsv: bool) -> Table:
     rows: list[list[str]] = []
     starts: list[int] = []
     if tsv:
@@ -177,11 +213,11 @@ def _read_delimited(path: Path, text: str, header: bool, tsv: bool) -> _Table:
         if len(row) != width:
             raise BertmodelError(f"{path}: line {start} has {len(row)} fields, {what} ({kind})")
     index = {name: i for i, name in reversed(list(enumerate(names)))}  # first of duplicates
-    return _Table(columns=names, get=lambda c: [row[index[c]] for row in rows],
-                  line_numbers=np.asarray(starts, np.int64), class_names={}, hint=hint)
+    return Table(columns=names, get=lambda c: [row[index[c]] for row in rows],
+                 line_numbers=np.asarray(starts, np.int64), class_names={}, hint=hint)
 
 
-def _read_json_records(path: Path, text: str) -> _Table:
+def _read_json_records(path: Path, text: str) -> Table:
     records: list[dict] = []
     starts: list[int] = []
     stripped = text.lstrip()
@@ -211,11 +247,11 @@ def _read_json_records(path: Path, text: str) -> _Table:
     columns = list(dict.fromkeys(key for record in records for key in record))
     # A JSON array has no useful line numbers: records are then named "row N" (0-based).
     lines = np.asarray(starts, np.int64) if starts and starts[0] is not None else None
-    return _Table(columns=columns, get=lambda c: [record.get(c) for record in records],
-                  line_numbers=lines, class_names={})
+    return Table(columns=columns, get=lambda c: [record.get(c) for record in records],
+                 line_numbers=lines, class_names={})
 
 
-def _read_parquet(path: Path) -> _Table:
+def _read_parquet(path: Path) -> Table:
     import pyarrow.parquet as pq
 
     try:
@@ -224,8 +260,8 @@ def _read_parquet(path: Path) -> _Table:
         raise BertmodelError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
     if table.num_rows == 0:
         raise BertmodelError(f"{path}: empty file (no rows)")
-    return _Table(columns=list(table.column_names), get=lambda c: table.column(c).to_pylist(),
-                  line_numbers=None, class_names=_class_names_from_schema(table.schema))
+    return Table(columns=list(table.column_names), get=lambda c: table.column(c).to_pylist(),
+                 line_numbers=None, class_names=_class_names_from_schema(table.schema))
 
 
 def _class_names_from_schema(schema) -> dict[Column, list[str]]:
@@ -260,62 +296,39 @@ def _load_from_disk(path: Path, split: str | None):
     return ds
 
 
-def _from_dataset(ds, source: str, text_column, text_pair_column, label_column,
-                  labels_required) -> LabelledTexts:
+def _dataset_table(ds, source: str) -> Table:
     import datasets
 
     if len(ds) == 0:
         raise BertmodelError(f"{source}: empty dataset (no rows)")
     names = {n: list(f.names) for n, f in ds.features.items() if isinstance(f, datasets.ClassLabel)}
     plain = ds.with_format(None)  # python values whatever format the caller set
-    table = _Table(columns=list(ds.column_names), get=lambda c: list(plain[c]),
-                   line_numbers=None, class_names=names)
-    return _select(table, source, text_column, text_pair_column, label_column, labels_required)
+    return Table(columns=list(ds.column_names), get=lambda c: list(plain[c]), line_numbers=None,
+                 class_names=names, source=source)
 
 
 # -- columns and values ----------------------------------------------------------------
 
-def _select(table: _Table, source: str, text_column, text_pair_column, label_column,
+def _select(table: Table, source: str, text_column, text_pair_column, label_column,
             labels_required: bool) -> LabelledTexts:
-    def present(column, role: str) -> Column:
-        if column in table.columns:
-            return column
-        # "3" from a command line means index 3 in a header-less file.
-        if isinstance(column, str) and column.isdigit() and int(column) in table.columns:
-            return int(column)
-        # A header-less file read as if it had one shows its first row: keep that short.
-        shown = ", ".join(repr(c) if len(str(c)) <= 40 else repr(str(c)[:40]) + "…" for c in table.columns[:30])
-        more = f", … ({len(table.columns)} in all)" if len(table.columns) > 30 else ""
-        raise BertmodelError(f"{source}: no {role} column {column!r}; the columns are {shown}{more}"
-                             f"{table.hint}")
-
-    def record(i: int) -> str:
-        return f"line {int(table.line_numbers[i])}" if table.line_numbers is not None else f"row {i}"
-
-    texts = _texts(table.get(present(text_column, "text")), text_column, source, record)
-    pairs = None
-    if text_pair_column is not None:
-        pairs = _texts(table.get(present(text_pair_column, "text-pair")), text_pair_column, source, record)
+    table.source = source
+    texts = table.texts(text_column)
+    pairs = table.texts(text_pair_column, "text-pair") if text_pair_column is not None else None
     labels, label_names = None, None
-    if label_column is not None and (labels_required or _has(table, label_column)):
-        column = present(label_column, "label")
+    if label_column is not None and (labels_required or table.has(label_column)):
+        column = table.column(label_column, "label")
         label_names = table.class_names.get(column)
-        labels = _labels(table.get(column), label_column, source, record, label_names)
+        labels = _labels(table.get(column), label_column, source, table.record, label_names)
     return LabelledTexts(texts=texts, pairs=pairs, labels=labels, source=source,
                          label_names=label_names, line_numbers=table.line_numbers)
 
 
-def _has(table: _Table, column: Column) -> bool:
-    return column in table.columns or (isinstance(column, str) and column.isdigit()
-                                       and int(column) in table.columns)
-
-
-def _texts(values: list, column, source: str, record) -> list[str]:
+def _texts(values: list, column, source: str, record, blank_ok: bool = False) -> list[str]:
     for i, value in enumerate(values):
         if not isinstance(value, str):
             what = "missing" if value is None else f"{type(value).__name__} {value!r}, not text"
             raise BertmodelError(f"{source}: {record(i)}: text column {column!r} is {what}")
-        if not value.strip():
+        if not blank_ok and not value.strip():
             # As a blank label is: an example of [CLS] [SEP] alone teaches the head nothing
             # true, and is almost always a shifted column or a broken export.
             blank = sum(1 for v in values if not v.strip()) if all(isinstance(v, str) for v in values) else 1
