@@ -69,7 +69,8 @@ def data_options(task: str | None, defaults: bool = True):
     ]
     for name in (task,) if task else TASK_DATA_OPTIONS:
         for option, settings in TASK_DATA_OPTIONS[name]:
-            settings = dict(settings, help=settings["help"] + ("" if task else f" ({name})"))
+            if not task:  # "Column holding the text (classify)."
+                settings = dict(settings, help=settings["help"].removesuffix(".") + f" ({name}).")
             if settings.get("is_flag") and not defaults:
                 settings["default"] = None  # absent: the run's own (False would override it)
             decorators.append(opt(option, **settings))

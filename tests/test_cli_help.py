@@ -79,9 +79,9 @@ def test_evaluate_takes_both_tasks_options_and_says_which_task_each_is_for():
     shown = " ".join(CliRunner().invoke(bertmodel_main, ["evaluate", "--help"]).output.split())
     for param in command.params:
         if param.opts[0] in CLASSIFY_ONLY - {"--num-labels"}:
-            assert param.help.endswith("(classify)"), param.opts[0]
+            assert param.help.endswith(" (classify)."), param.opts[0]
         elif param.opts[0] in QA_ONLY:
-            assert param.help.endswith("(qa)"), param.opts[0]
+            assert param.help.endswith(" (qa)."), param.opts[0]
         if param.opts[0] in CLASSIFY_ONLY | QA_ONLY:
             assert given[param.name] is None, param.opts[0]  # absent: the run's own option
     assert "Data options default to those the run was trained with" in shown
