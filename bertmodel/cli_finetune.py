@@ -69,8 +69,9 @@ def data_options(task: str | None, defaults: bool = True):
     ]
     for name in (task,) if task else TASK_DATA_OPTIONS:
         for option, settings in TASK_DATA_OPTIONS[name]:
+            settings = dict(settings)  # TASK_DATA_OPTIONS stays as written
             if not task:  # "Column holding the text (classify)."
-                settings = dict(settings, help=settings["help"].removesuffix(".") + f" ({name}).")
+                settings["help"] = settings["help"].removesuffix(".") + f" ({name})."
             if settings.get("is_flag") and not defaults:
                 settings["default"] = None  # absent: the run's own (False would override it)
             decorators.append(opt(option, **settings))
