@@ -153,6 +153,8 @@ def _run(task: str, options: dict) -> None:
 @finetune.command("classify", context_settings=CONTEXT_SETTINGS)
 @training_options("classify")
 @data_options("classify")
+@click.option("--positive-label", help="Two classes: the label whose F1 is the 'f1' metric [default: label 1 of "
+              "0/1 labels; the second in sorted order for text labels, as logged].")
 @user_errors
 def classify(**options):
     """Fine-tune [CLS] -> linear for classification (or regression with --num-labels 1).
@@ -215,6 +217,9 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
         options["dataset"] = None
     metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite)
     click.echo(json.dumps(metrics, sort_keys=True))
+    if not metrics:
+        click.echo(f"no labels in {data or 'the validation data'}: predictions written, no metrics computed",
+                   err=True)
     click.echo(f"predictions: {', '.join(map(str, paths))}", err=True)
 
 

@@ -86,7 +86,8 @@ PREDICTION_FILES = {"classify": ("predictions.jsonl",), "qa": ("predictions.json
 def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpad: str = "auto",
                    overwrite: bool = False) -> tuple[dict, list[Path]]:
     """The task's metrics on the validation data (0-100 for SQuAD, as the official script)
-    and the prediction files written into out_dir (default: the model's run dir). Files
+    and the prediction files written into out_dir (default: the model's run dir); no
+    metrics ({}) for classification data without its label column. Files
     an earlier evaluation left there are replaced only with `overwrite`, and that is
     checked before any work: they may be another data set's predictions."""
     task, net, d = _setup(model, options, device, unpad=unpad)
@@ -106,7 +107,9 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
         write_qa_outputs(paths, *task.last_predictions)
     else:
         logits = task.predict(net, task.validation, d.device, autocast, task.cfg.eval_batch_size)
-        metrics = task.evaluate(net, d, autocast, logits=logits)
+        # Unlabelled data (no label column): batch prediction, so predictions and no metrics.
+        metrics = (task.evaluate(net, d, autocast, logits=logits) if task.validation_texts.labels is not None
+                   else {})
         _write_jsonl(paths[0], task.prediction_records(logits))
     return {k.removeprefix("eval_"): v for k, v in metrics.items()}, paths
 
