@@ -19,9 +19,9 @@ meta.json (step and the size of state.pt), written last.
 Writing: everything goes to checkpoints/.tmp-step-N-PID/, which is renamed to step-N/
 when complete; then older checkpoints are pruned to the newest keep_last, except the
 one of the best step (state["best"]), which stays while it is the best: a fine-tuning
-run keeps its latest and its best checkpoint by default. Loading considers only step-N/ directories whose meta.json exists and
-whose state.pt has the recorded size, so a checkpoint cut short by a crash (or a
-leftover .tmp directory) is never loaded.
+run keeps its latest and its best checkpoint by default. Loading considers only step-N/
+directories whose meta.json exists and whose state.pt has the recorded size, so a
+checkpoint cut short by a crash (or a leftover .tmp directory) is never loaded.
 """
 from __future__ import annotations
 

@@ -124,10 +124,13 @@ def pretrain(**options):
 
 def finish_run(out: str, last: dict, keys) -> None:
     """The run's summary line (rank 0 only: under torchrun every rank returns here), and
-    after SIGTERM/SIGINT exit 128 + the signal, so schedulers don't read it as success."""
+    after SIGTERM/SIGINT exit 128 + the signal, so schedulers don't read it as success.
+    "step" is the step the run reached; figures logged at an earlier step say so."""
     if int(os.environ.get("RANK", "0")) == 0:
         summary = ", ".join(f"{k} {last[k]:.4f}" if isinstance(last[k], float) else f"{k} {last[k]}"
                             for k in keys if k in last)
+        if last.get("logged_step") and any(k in last for k in keys if k != "step"):
+            summary += f" (figures of step {last['logged_step']})"
         saved = f"; checkpoint {last['checkpoint']}" if last.get("checkpoint") else ""
         click.echo(f"{out}: {summary}{saved}")
     if last.get("stopped_by"):

@@ -43,6 +43,7 @@ def progress_bar(enabled: bool = True, interval: float | None = None, **kwargs) 
         return tqdm(disable=not enabled, file=stream, dynamic_ncols=True, mininterval=0.5, **kwargs)
     every = LOG_INTERVAL if interval is None else interval
     kwargs.setdefault("bar_format", PLAIN_FORMAT)
+    kwargs["leave"] = True  # a printed line cannot be cleared: leave=False would only drop the final one
     return tqdm(file=_Lines(stream), mininterval=every, maxinterval=max(every, 10.0), miniters=1, ascii=True, **kwargs)
 
 

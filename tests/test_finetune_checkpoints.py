@@ -171,3 +171,140 @@ def test_export_hf_of_a_run_without_a_best_model_writes_the_latest(tiny_bert, pa
     assert refused.exit_code == 1 and refused.stderr == (
         f"Error: {out}: no best model (no {out / 'best.json'}: a pre-training run, or one not evaluated yet); "
         "use --latest or --step N\n")
+
+
+# -- a stop during an evaluation ---------------------------------------------------------
+
+def eval_records(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if any(k.startswith("eval_") for k in r)]
+
+
+def train_records(run):
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_bert, pair_files, tmp_path_factory):
+    """The uninterrupted run the stopped ones are compared with (3 evaluations of 3 batches)."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = invoke(*classify_args(tiny_bert, pair_files, out, "--eval-batch-size", "4"))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("evaluation", [1, 3], ids=["mid-run", "at-the-last-step"])
+def test_sigint_during_an_evaluation_stops_it_saves_and_the_rerun_evaluates_that_step(
+        tiny_bert, pair_files, straight, tmp_path, evaluation):
+    import signal
+
+    from reliability_checks import default_sigint, start_paused
+
+    out, resume_flag = tmp_path / "run", tmp_path / "resume"
+    step = 2 * evaluation
+    args = classify_args(tiny_bert, pair_files, out, "--eval-batch-size", "4")[:]
+    # Paused while collating the 2nd of the 3 validation batches of that evaluation.
+    proc = start_paused("bertmodel.tasks.classification:_no_labels", "model", list(args), tmp_path / "paused",
+                        after=3 * (evaluation - 1) + 1, resume=resume_flag, preexec_fn=default_sigint)
+    try:
+        proc.send_signal(signal.SIGINT)
+        resume_flag.touch()
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGINT, output
+    saved = out / "checkpoints" / f"step-{step}"
+    assert f"evaluation of step {step} abandoned after 2 of 3 batches on SIGINT" in output
+    assert (f"stopped at step {step} on SIGINT; saved {saved}; rerun the same command to resume "
+            f"(it evaluates step {step} first)") in output
+    assert f"{out}: step {step}" in output.splitlines()[-1]  # the step reached
+    assert ckpt.load_checkpoint(saved)["eval_pending"] is True
+    assert [r["step"] for r in eval_records(out)] == [2, 4][:evaluation - 1]  # nothing of the abandoned one
+
+    rerun = invoke(*classify_args(tiny_bert, pair_files, out, "--eval-batch-size", "4"))
+    assert rerun.exit_code == 0, rerun.output
+    assert f"evaluating step {step} first: the run stopped during that evaluation" in rerun.output
+    assert eval_records(out) == eval_records(straight)
+    assert ckpt.read_best(out) == ckpt.read_best(straight)
+    final = ckpt.load_checkpoint(out / "checkpoints" / "step-6")
+    assert final["eval_pending"] is False
+    expected = ckpt.load_checkpoint(straight / "checkpoints" / "step-6")["model"]
+    assert all(torch.equal(final["model"][k], v) for k, v in expected.items())
+    assert steps_kept(out) == steps_kept(straight)
+
+
+def test_evaluation_shows_progress_and_its_time_stays_out_of_the_training_rate(tiny_bert, pair_files, tmp_path):
+    import time
+
+    from bertmodel.tasks.classification import ClassificationTask
+
+    original, pause = ClassificationTask.evaluate, 2.0
+
+    def slow(self, *args, **kwargs):
+        time.sleep(pause)
+        return original(self, *args, **kwargs)
+
+    out = tmp_path / "run"
+    args = [a for a in classify_args(tiny_bert, pair_files, out, "--eval-batch-size", "4", "--eval-every", "1",
+                                     steps=3) if a != "--no-progress"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ClassificationTask, "evaluate", slow)
+        result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    # Not a terminal: the evaluation's bar is plain lines, its last one kept.
+    lines = result.stderr.splitlines()
+    assert sum(line.startswith("eval: 0/3 [") for line in lines) == 3, result.stderr
+    assert sum(line.startswith("eval: 3/3 [") for line in lines) == 3, result.stderr
+    # Each line logged covers one step (4 samples); had an evaluation been counted, the
+    # intervals after the first would each have lasted more than its 2 s.
+    seconds = [4 / r["samples_per_s"] for r in train_records(out)]
+    assert len(seconds) == 3 and max(seconds) < pause, seconds
+
+
+def test_the_progress_bar_clock_pauses_for_an_evaluation():
+    from types import SimpleNamespace
+
+    from bertmodel.training.loop import Interval, Trainer
+    from bertprep.progress import progress_bar
+
+    bar = progress_bar(total=10, unit="step")
+    bar.update(2)
+    before = dict(bar.format_dict)
+    holder = SimpleNamespace(interval=Interval(), bar=bar)
+    start = holder.interval.start
+    Trainer._pause_clocks(holder, 100.0)
+    assert holder.interval.start == start + 100.0
+    assert bar.format_dict["elapsed"] < before["elapsed"] - 99  # the 100 s are not training time
+    bar.close()
+
+
+# -- the summary line and the first line logged after a resume ---------------------------
+
+def test_the_summary_names_the_step_reached_not_the_last_logged(tiny_bert, pair_files, tmp_path):
+    out = tmp_path / "run"
+    first = invoke(*classify_args(tiny_bert, pair_files, out, "--stop-at", "3", "--log-every", "2", steps=8))
+    assert first.exit_code == 0, first.output
+    last = first.output.splitlines()[-1]
+    assert last.startswith(f"{out}: step 3, loss ") and "(figures of step 2)" in last, last
+    assert last.endswith(f"; checkpoint {out / 'checkpoints' / 'step-3'}")
+    # Resumed and stopped again before anything was logged.
+    second = invoke(*classify_args(tiny_bert, pair_files, out, "--stop-at", "5", "--log-every", "10",
+                                   "--eval-every", "10", steps=8))
+    assert second.exit_code == 0, second.output
+    assert second.output.splitlines()[-1] == f"{out}: step 5; checkpoint {out / 'checkpoints' / 'step-5'}"
+
+
+def test_the_first_line_logged_after_a_resume_covers_the_whole_interval(tiny_bert, pair_files, tmp_path):
+    lines = {}
+    for name, stops in (("straight", ()), ("resumed", ("3", "7"))):
+        out = tmp_path / name
+        for stop in (*stops, None):
+            extra = ("--stop-at", stop) if stop else ()
+            result = invoke(*classify_args(tiny_bert, pair_files, out, "--log-every", "4", *extra, steps=8))
+            assert result.exit_code == 0, result.output
+        lines[name] = train_records(out)
+    assert [r["step"] for r in lines["resumed"]] == [r["step"] for r in lines["straight"]] == [4, 8]
+    for a, b in zip(lines["straight"], lines["resumed"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-12) and b["accuracy"] == a["accuracy"]

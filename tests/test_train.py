@@ -260,3 +260,70 @@ def test_device_cuda_without_cuda_is_a_clear_error(shards, tmp_path):
         pytest.skip("this machine has CUDA")
     result = run_cli("pretrain", "--data", shards, "--out", tmp_path / "run", "--device", "cuda")
     assert result.exit_code == 1 and "no CUDA device is available" in result.output
+
+
+def test_the_first_line_logged_after_a_resume_covers_the_whole_interval(shards, tmp_path):
+    kw = dict(max_steps=8, log_every=4)
+    train(config(shards, tmp_path / "straight", **kw), log=lambda *a: None)
+    train(config(shards, tmp_path / "resumed", stop_at=3, **kw), log=lambda *a: None)  # inside the first interval
+    train(config(shards, tmp_path / "resumed", **kw), log=lambda *a: None)
+
+    def logged(run):
+        return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    straight, resumed = logged(tmp_path / "straight"), logged(tmp_path / "resumed")
+    assert [r["step"] for r in resumed] == [r["step"] for r in straight] == [4, 8]
+    for a, b in zip(straight, resumed):
+        for key in ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc"):
+            assert b[key] == pytest.approx(a[key], rel=1e-12), key
+
+
+def test_a_signal_during_held_out_evaluation_abandons_it_and_the_resume_does_it_first(shards, tmp_path, monkeypatch):
+    import bertmodel.tasks.pretraining as pretraining
+
+    original = pretraining.eval_batches
+
+    def signalled(*args, **kwargs):  # SIGTERM arrives while the first batch is evaluated
+        for n, batch in enumerate(original(*args, **kwargs)):
+            if n == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield batch
+    run, kw = tmp_path / "run", dict(max_steps=4, eval_data=[str(shards)], eval_batches=3, eval_every=2)
+    train(config(shards, tmp_path / "straight", **kw), log=lambda *a: None)
+    logs = []
+    with monkeypatch.context() as mp:
+        mp.setattr(pretraining, "eval_batches", signalled)
+        last = train(config(shards, run, **kw), log=logs.append)
+    assert last["stopped_by"] == signal.SIGTERM and last["step"] == 2
+    assert "evaluation of step 2 abandoned after 1 of 3 batches on SIGTERM" in logs
+    step2 = run / "checkpoints" / "step-2"
+    assert (f"stopped at step 2 on SIGTERM; saved {step2}; rerun the same command to resume "
+            "(it evaluates step 2 first)") in logs
+    assert ckpt.load_checkpoint(step2)["eval_pending"] is True
+    logs.clear()
+    train(config(shards, run, **kw), log=logs.append)
+    assert "evaluating step 2 first: the run stopped during that evaluation" in logs
+
+    def evals(r):
+        return [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines() if "eval_mlm_acc" in x]
+    assert evals(run) == evals(tmp_path / "straight") and [r["step"] for r in evals(run)] == [2, 4]
+    a, b = final_state(run)["model"], final_state(tmp_path / "straight")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def test_a_signal_during_the_last_step_finds_the_run_finished(shards, tmp_path, monkeypatch):
+    """Nothing is left for a rerun to do: no "stopped ... rerun to resume", no 128 + signal."""
+    import bertmodel.training.loop as loop
+
+    original, calls = loop.clip_and_step, []
+
+    def signalled(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(loop, "clip_and_step", signalled)
+    logs = []
+    last = train(config(shards, tmp_path / "run", max_steps=3), log=logs.append)
+    assert last["step"] == 3 and not last.get("stopped_by")
+    assert not [line for line in logs if line.startswith("stopped")]
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "run")] == [3]

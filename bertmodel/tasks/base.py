@@ -8,7 +8,9 @@ The generic loop (training/loop.py) asks a task for:
   new_stats(device)                      per-interval sums: add(out, tensors), totals(),
                                          summarize(totals) -> dict, reset()
   flops(config, tensors)                 training FLOPs of one micro-batch (for MFU)
-  evaluate(model, d, autocast)           {"eval_<metric>": value, ...} (may write predictions)
+  evaluate(model, d, autocast, on_batch) {"eval_<metric>": value, ...} (may write predictions);
+                                         on_batch(done, total) with 0 first and after each batch
+                                         (progress; it may raise to abandon the evaluation)
   best_metric                            (name, greater_is_better) to keep the best model, or None
   state()                                what goes into a checkpoint's "task" entry (the
                                          transformers class, config.json head fields, task options)
@@ -48,6 +50,6 @@ class Task(Protocol):
         """Training FLOPs of one micro-batch; extent (metrics.unpadded_extent's tokens and
         attention_pairs) when the model computes only its real tokens, else padded."""
 
-    def evaluate(self, model, d, autocast) -> dict: ...
+    def evaluate(self, model, d, autocast, on_batch=None) -> dict: ...
 
     def state(self) -> dict: ...

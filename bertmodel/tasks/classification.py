@@ -153,11 +153,11 @@ class ClassificationTask:
         head = 6 * B * (config.hidden_size ** 2 + config.hidden_size * self.labels.num_labels)
         return encoder_flops(config, B, T, last_layer_rows=1, **(extent or {})) + head
 
-    def predict(self, model, data: EncodedSet, device, autocast, batch_size: int) -> np.ndarray:
-        """Logits (N, C) for every row of `data`, in order."""
+    def predict(self, model, data: EncodedSet, device, autocast, batch_size: int, on_batch=None) -> np.ndarray:
+        """Logits (N, C) for every row of `data`, in order (on_batch: see forward_all)."""
         parts = [out.logits.float().cpu().numpy()
                  for _, out in forward_all(model, len(data), lambda rows: _no_labels(data.collate(rows)),
-                                           batch_size, device, autocast)]
+                                           batch_size, device, autocast, on_batch)]
         return np.concatenate(parts) if parts else np.zeros((0, self.labels.num_labels), np.float32)
 
     def scores(self, logits: np.ndarray, labels: np.ndarray) -> dict:
@@ -168,11 +168,11 @@ class ClassificationTask:
                                                     positive=self.positive),
                            "loss": loss})
 
-    def evaluate(self, model, d, autocast, logits: np.ndarray | None = None) -> dict:
+    def evaluate(self, model, d, autocast, logits: np.ndarray | None = None, on_batch=None) -> dict:
         """The task's metrics over the whole validation set (every rank computes them
         alike, so the best-model decision agrees across ranks)."""
         if logits is None:
-            logits = self.predict(model, self.validation, d.device, autocast, self.cfg.eval_batch_size)
+            logits = self.predict(model, self.validation, d.device, autocast, self.cfg.eval_batch_size, on_batch)
         return {f"eval_{k}": v for k, v in self.scores(logits, self.validation.encoded.labels).items()}
 
     def prediction_records(self, logits: np.ndarray) -> list[dict]:

@@ -133,17 +133,24 @@ def encoder_flops(config: BertConfig, batch: int, seq_len: int, last_layer_rows:
 
 
 @torch.no_grad()
-def forward_all(model, count: int, batch_of, batch_size: int, device: torch.device, autocast):
-    """Run `model` over rows 0..count-1 in order, dropout off; yields (rows, output)."""
+def forward_all(model, count: int, batch_of, batch_size: int, device: torch.device, autocast, on_batch=None):
+    """Run `model` over rows 0..count-1 in order, dropout off; yields (rows, output).
+    on_batch(done, total), in batches: called with 0 first and after each batch is used
+    (the trainer's progress bar; it may raise to abandon the pass)."""
     was_training = model.training
     model.eval()
+    total = -(-count // batch_size)
     try:
-        for start in range(0, count, batch_size):
+        if on_batch is not None:
+            on_batch(0, total)
+        for done, start in enumerate(range(0, count, batch_size), 1):
             rows = np.arange(start, min(start + batch_size, count))
             arrays = batch_of(rows)
             tensors = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
             with autocast:
                 out = model(**tensors)
             yield rows, out
+            if on_batch is not None:
+                on_batch(done, total)
     finally:
         model.train(was_training)

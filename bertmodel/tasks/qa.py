@@ -151,11 +151,12 @@ class QATask:
         # The span head scores every position, padding included (why QA is never unpadded).
         return encoder_flops(config, B, T, **(extent or {})) + 6 * B * T * config.hidden_size * 2
 
-    def predict(self, model, examples, windows: WindowSet, device, autocast, batch_size: int):
-        """(predictions {id: text}, nbest {id: [...]}) for `examples` from their windows."""
+    def predict(self, model, examples, windows: WindowSet, device, autocast, batch_size: int, on_batch=None):
+        """(predictions {id: text}, nbest {id: [...]}) for `examples` from their windows
+        (on_batch: see forward_all)."""
         starts, ends = [], []
         lengths = windows.features.lengths
-        for rows, out in forward_all(model, len(windows), windows.collate, batch_size, device, autocast):
+        for rows, out in forward_all(model, len(windows), windows.collate, batch_size, device, autocast, on_batch):
             s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
             for i, row in enumerate(rows):
                 starts.append(s[i, :lengths[row]])
@@ -165,9 +166,9 @@ class QATask:
                                   max_answer_length=cfg.max_answer_length, version_2=cfg.version_2,
                                   null_threshold=cfg.null_threshold)
 
-    def evaluate(self, model, d, autocast) -> dict:
+    def evaluate(self, model, d, autocast, on_batch=None) -> dict:
         predictions, nbest = self.predict(model, self.validation, self.validation_windows, d.device, autocast,
-                                          self.cfg.eval_batch_size)
+                                          self.cfg.eval_batch_size, on_batch)
         self.last_predictions = (predictions, nbest)  # for `bertmodel evaluate` to write
         scores = squad_metric(self.validation, predictions, version_2=self.cfg.version_2)
         return {f"eval_{k}": v for k, v in scores.items() if isinstance(v, float)}

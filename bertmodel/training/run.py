@@ -189,7 +189,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         log(f"resuming from {latest} (step {step:,}, sample {cursor:,})")
     else:
         torch.manual_seed(cfg.seed + d.rank)  # dropout streams differ per rank
-    if step >= cfg.max_steps:
+    if step >= cfg.max_steps and not resume.get("eval_pending"):  # (a stop cut its last evaluation short: do it)
         log(f"{run} already reached step {step:,} of {cfg.max_steps:,}; nothing to do")
         return {"step": step, "checkpoint": str(latest)}
     train_model = parallel.wrap(model, d, cfg.compile)
@@ -207,7 +207,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         f"{f', unpadded ({unpad})' if unpad else ''}")
     trainer = Trainer(cfg, task, d, run, model, train_model, config, optimizer, cfg.lr_schedule(), loader,
                       writer, autocast, log, step=step, cursor=cursor, bad_total=bad_total,
-                      best=(resume or {}).get("best"), inputs=inputs)
+                      best=(resume or {}).get("best"), inputs=inputs, resumed=resume)
     try:
         with StopSignal() as stop:
             return trainer.run_until_done(stop)
