@@ -48,7 +48,7 @@ def main() -> None:
 
     from bertmodel.data.classification import encode_texts
     from bertmodel.data.tables import read_table
-    from bertprep.encoding import nanotoken_available
+    from bertprep.tokenizer import nanotoken_available
     from bertprep.tokenizer import load_tokenizer
 
     vocab_path = SHARED_DATA / "bert-base-uncased-vocab.txt"

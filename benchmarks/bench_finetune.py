@@ -15,7 +15,7 @@ the Trainer's own `train_runtime`. Every run is a fresh process with its imports
 before the clock starts (so neither inherits the other's heap or warm caches, and no run
 pays the first imports); runs alternate ours/Trainer per seed, so a busy machine slows
 both. Ours runs as `bertmodel finetune` does on a CPU, which tells glibc to keep freed
-blocks for reuse (bertmodel/host_memory.py); the Trainer runs with glibc's defaults, as
+blocks for reuse (bertmodel/training/host_memory.py); the Trainer runs with glibc's defaults, as
 in a transformers user's process, unless --trainer-keeps-memory gives it the same.
 
 Optimizer: both use AdamW eps 1e-6 (BERT's and ours; the Trainer's own default is 1e-8).
@@ -172,7 +172,7 @@ def worker(spec: dict) -> None:
     args = argparse.Namespace(**spec["args"])
     torch.set_num_threads(args.threads)
     if spec["side"] == "trainer" and args.trainer_keeps_memory:
-        from bertmodel.host_memory import keep_freed_memory
+        from bertmodel.training.host_memory import keep_freed_memory
 
         keep_freed_memory()
     r = RUNNERS[spec["side"]](pathlib.Path(spec["model"]), pathlib.Path(spec["train"]), pathlib.Path(spec["dev"]),
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--trainer-keeps-memory", action="store_true",
-                        help="run the Trainer with our glibc heap setting too (bertmodel/host_memory.py)")
+                        help="run the Trainer with our glibc heap setting too (bertmodel/training/host_memory.py)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     model = model_dir(args.model)

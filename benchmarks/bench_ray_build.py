@@ -53,8 +53,8 @@ def build(corpus, vocab, out, cache, executor: str, dupe: int) -> tuple[float, i
 
 PER_TASK = """
 import json, sys, time
-import bertprep.build as build
-from bertprep.corpus import CorpusSpec
+import bertprep.build.run as build
+from bertprep.corpus.spec import CorpusSpec
 times = {}
 def timed(fn):
     def run(descriptor):
@@ -112,14 +112,14 @@ def joined_cluster_seconds(corpus, vocab, out, cache, dupe: int) -> float:
 FIXED_COSTS = """
 import json, os, statistics, sys, time
 import ray
-from bertprep.ray_executor import shutdown_local_ray
+from bertprep.executors.ray import shutdown_local_ray
 vocab, cpus = sys.argv[1], int(sys.argv[2])
 def first(): return os.getpid()
 def warm(path):
     start = time.perf_counter()
-    import bertprep.build_tasks
-    from bertprep.encoding import SentenceEncoder
-    from bertprep.tokenizer import load_tokenizer
+    import bertprep.build.tasks
+    from bertprep.tokenizer.encoding import SentenceEncoder
+    from bertprep.tokenizer.files import load_tokenizer
     imported = time.perf_counter()
     SentenceEncoder(load_tokenizer(path), "auto")
     return imported - start, time.perf_counter() - imported
@@ -132,7 +132,7 @@ start = time.perf_counter()
 ray.get([ray.remote(first).remote() for _ in range(cpus)])
 times["first task on each fresh worker"] = time.perf_counter() - start
 imports, tokenizer = zip(*ray.get([ray.remote(warm).remote(vocab) for _ in range(cpus)]))
-times["worker: import bertprep.build_tasks"] = max(imports)
+times["worker: import bertprep.build.tasks"] = max(imports)
 times["worker: load tokenizer + encoder"] = max(tokenizer)
 remote_noop, rounds = ray.remote(noop), []
 for _ in range(30):

@@ -16,7 +16,7 @@ sequence, -100 except at the masked positions, as its BertForPreTraining require
 hf-keep (the same, in a process with our heap setting), torch-mm (what `--unpad auto`
 runs, with every fp32 linear on torch's own matmul, MKL, instead of oneDNN: see
 bertmodel/model/linear.py). Our variants run as `bertmodel`
-trains on a CPU: with glibc told to keep freed blocks for reuse (bertmodel/host_memory.py:
+trains on a CPU: with glibc told to keep freed blocks for reuse (bertmodel/training/host_memory.py:
 a step's large gradients are otherwise page-faulted in afresh every step); hf runs as a
 transformers user's process does, with glibc's defaults, and hf-keep shows how much of
 the difference that setting alone makes.
@@ -58,17 +58,17 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from bertmodel import parallel
-from bertmodel.config import BertConfig
+from bertmodel.training import parallel
+from bertmodel.model.config import BertConfig
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset
 from bertmodel.data.shards import open_shard_dir
-from bertmodel.host_memory import keep_freed_memory
+from bertmodel.training.host_memory import keep_freed_memory
 from bertmodel.model import BertForPreTraining, BertForSequenceClassification
 from bertmodel.model.linear import set_cpu_matmul
 from bertmodel.model.unpad import resolve as resolve_unpad
 from bertmodel.model.unpad import set_unpad
-from bertmodel.optim import build_optimizer, clip_and_step
-from bertmodel.testing import SHARED, build_corpus_shards, wiki_to_reference_layout
+from bertmodel.training.optim import build_optimizer, clip_and_step
+from bertmodel.data.synthetic import SHARED, build_corpus_shards, wiki_to_reference_layout
 
 # case -> (head, preset, batch, shards' max_seq_length, variants)
 CASES = {

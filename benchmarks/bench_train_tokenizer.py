@@ -5,8 +5,8 @@ WikiExtractor shards and Google's sample, repeated with seeded letter swaps so e
 adds new words), then trains a 30,522-entry uncased vocabulary with
 
   (a) raw: `tokenizers.BertWordPieceTokenizer().train(files)` (the baseline), and
-  (b) ours: `bertprep.wordpiece_training.train_tokenizer` reading the same files through
-      `bertprep.corpus.iter_documents` (reading, held-out split, alphabet, training,
+  (b) ours: `bertprep.tokenizer.training.train_tokenizer` reading the same files through
+      `bertprep.corpus.spec.iter_documents` (reading, held-out split, alphabet, training,
       [UNK] measurement, saving: the whole command),
 
 each in a fresh process (so Rust's hash seeds differ), reporting MB/s, peak RSS (the
@@ -83,7 +83,7 @@ def child(kind: str, corpus: pathlib.Path, out: pathlib.Path) -> None:
         tok.save_model(str(out))
     else:
         from bertprep.corpus import CorpusSpec, iter_documents
-        from bertprep.wordpiece_training import TokenizerTrainingConfig, train_tokenizer
+        from bertprep.tokenizer import TokenizerTrainingConfig, train_tokenizer
 
         config = TokenizerTrainingConfig(vocab_size=VOCAB_SIZE)
         train_tokenizer(iter_documents(CorpusSpec(paths=tuple(files))), config, out, progress=False)

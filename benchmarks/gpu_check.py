@@ -9,7 +9,7 @@
 2. the real loop: `bertmodel pretrain` on synthetic shards (loader thread, per-step
    non-finite check, metrics.jsonl), samples/s and MFU read back from its metrics;
 3. data loading: collate samples/s on this machine's CPU, against what the GPU consumes.
-Prints samples/s, real (non-pad) tokens/s and MFU (FLOPs as in bertmodel/metrics.py,
+Prints samples/s, real (non-pad) tokens/s and MFU (FLOPs as in bertmodel/training/metrics.py,
 counting what each mode computes: an unpadded step only its real tokens; peak from its
 table, H100/H200 989 TFLOP/s dense bf16). Targets on an H200: >= 5,000 samples/s and
 >= 40% MFU.
@@ -35,14 +35,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data import SampleOrder, ShardDataset
-from bertmodel.metrics import peak_flops, train_flops, unpadded_extent
+from bertmodel.training.metrics import peak_flops, train_flops, unpadded_extent
 from bertmodel.model import BertForPreTraining
 from bertmodel.model.unpad import resolve, set_unpad
-from bertmodel.optim import build_optimizer
+from bertmodel.training.optim import build_optimizer
 from bertmodel.data.shards import open_shard_dir
-from bertmodel.testing import synthetic_rows, write_shard_dir
+from bertmodel.data.synthetic import synthetic_rows, write_shard_dir
 
 TARGET_SAMPLES_S, TARGET_MFU = 5000, 0.40
 VOCAB = 30522

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from bertmodel.testing import SHARED, wiki_to_reference_layout
+from bertmodel.data.synthetic import SHARED, wiki_to_reference_layout
 
 DATA = SHARED / "data"
 VOCAB = DATA / "bert-base-uncased-vocab.txt"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bertmodel import parallel
+from bertmodel.training import parallel
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training.options import LoopConfig

@@ -4,11 +4,11 @@ import random
 
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.hf import export_hf
 from bertmodel.model import BertForPreTraining
-from bertmodel.testing import write_small_vocab, write_tokenizer_files
+from bertmodel.data.synthetic import write_small_vocab, write_tokenizer_files
 
 WORDS = 60  # w0 .. w59 after the five specials
 

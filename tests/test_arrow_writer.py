@@ -1,4 +1,4 @@
-"""bertprep.arrow_writer.ArrowWriter: buffered record batches, rows and bytes back,
+"""bertprep.shards.writer.ArrowWriter: buffered record batches, rows and bytes back,
 nothing left under the final name when writing fails."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from bertprep.arrow_writer import ArrowWriter
+from bertprep.shards import ArrowWriter
 
 SCHEMA = pa.schema([("x", pa.int32()), ("ids", pa.list_(pa.uint16()))])
 

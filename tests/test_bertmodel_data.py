@@ -11,7 +11,7 @@ import pytest
 from bertmodel.data import BatchLoader, SampleOrder, ShardDataset, eval_batches
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import open_shard_dir
-from bertmodel.testing import SHARED, build_corpus_shards, small_shard_dir
+from bertmodel.data.synthetic import SHARED, build_corpus_shards, small_shard_dir
 
 DATA = SHARED / "data"
 needs_data = pytest.mark.skipif(not (DATA / "google_sample_text.txt").exists(),

@@ -7,11 +7,11 @@ import pathlib
 import numpy as np
 import pytest
 
-import bertprep.build_tasks as tasks
+import bertprep.build.tasks as tasks
 from bertprep.build import staging_path
-from bertprep.build_checks import contradicted_options
+from bertprep.build import contradicted_options
 from bertprep.cli import main as prep_main
-from bertprep.inspect_shards import measure
+from bertprep.shards import measure
 from reliability_checks import invoke, one_line_error
 from shard_fixtures import read_rows, write_corpus, write_vocab
 

@@ -9,8 +9,8 @@ from bertprep import progress
 from bertprep.build import BuildConfig, build_shards
 from bertprep.cli import main
 from bertprep.corpus import CorpusSpec
-from bertprep.executor import ExecutorReport
-from bertprep.ray_executor import retry_reason
+from bertprep.executors import ExecutorReport
+from bertprep.executors import retry_reason
 from progress_checks import Log, check_display
 from shard_fixtures import write_corpus, write_vocab
 

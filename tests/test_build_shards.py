@@ -16,7 +16,7 @@ from bertprep.build import BuildConfig, build_shards, staging_path
 from bertprep.cli import main
 from bertprep.corpus import CorpusSpec
 from bertprep.errors import BertprepError
-from bertprep.lock import DirectoryLock
+from bertprep.storage import DirectoryLock
 from shard_fixtures import SHARED_DATA, check_shard_dir, read_rows, shard_bytes, write_corpus, write_vocab
 
 
@@ -112,7 +112,7 @@ def test_tokenized_partitions_are_cached(corpus, vocab, tmp_path, monkeypatch):
     def no_tokenizing(self, sentences):
         raise AssertionError("tokenized again")
 
-    monkeypatch.setattr("bertprep.encoding.SentenceEncoder.encode", no_tokenizing)
+    monkeypatch.setattr("bertprep.tokenizer.encoding.SentenceEncoder.encode", no_tokenizing)
     result = build(corpus, vocab, tmp_path / "b", cache, max_seq_length=64, seed=9, dupe_factor=2)
     check_shard_dir(tmp_path / "b", max_seq_length=64)
     assert result.manifest["totals"]["rows"] > 0
@@ -132,7 +132,7 @@ def test_existing_output_needs_overwrite_and_survives_a_failed_rebuild(corpus, v
         raise OSError(errno.ENOSPC, "No space left on device")
 
     # The scatter files are the bulk of the intermediate writes: fail the first one.
-    monkeypatch.setattr("bertprep.arrow_writer.atomic_output", disk_full)
+    monkeypatch.setattr("bertprep.shards.writer.atomic_output", disk_full)
     config = BuildConfig(workers=1, cache_dir=str(tmp_path / "c"), seed=5)
     with pytest.raises(BertprepError, match="disk full"):
         build_shards(CorpusSpec(paths=(str(corpus),)), vocab, out, config, overwrite=True, progress=False)
@@ -249,7 +249,7 @@ def test_work_from_a_changed_input_is_not_reused(vocab, tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertprep.build.gather_shard", crash)
+    monkeypatch.setattr("bertprep.build.run.gather_shard", crash)
     with pytest.raises(KeyboardInterrupt):
         build(corpus, vocab, tmp_path / "out", tmp_path / "c")
     assert (staging_path(tmp_path / "out") / "work").is_dir()
@@ -280,7 +280,7 @@ def test_resume_after_the_token_cache_was_cleaned(corpus, vocab, tmp_path, monke
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertprep.build.scatter_partition", crash)
+    monkeypatch.setattr("bertprep.build.run.scatter_partition", crash)
     with pytest.raises(KeyboardInterrupt):
         build(corpus, vocab, tmp_path / "out", tmp_path / "cache")
     monkeypatch.undo()

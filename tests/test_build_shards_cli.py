@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from bertprep.cli import main
-from bertprep.cli_options import parse_size, size_text
+from bertprep.cli.options import parse_size, size_text
 from bertprep.corpus import format_size
-from bertprep.masking import MaskingConfig, cap_warnings
+from bertprep.instances import MaskingConfig, cap_warnings
 from shard_fixtures import SHARED_DATA, read_rows, write_corpus, write_vocab
 
 WIKITEXT = SHARED_DATA / "wikitext-2-raw-train-head.txt"

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from bertmodel.optim import Lamb, clip_and_step
+from bertmodel.training.optim import Lamb, clip_and_step
 
 
 def _params(seed: int):

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from bertmodel import checkpoint as ckpt
-from bertmodel.testing import small_shard_dir
+from bertmodel.training import checkpoint as ckpt
+from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.train import TrainConfig, train
 
 

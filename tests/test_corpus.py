@@ -1,4 +1,4 @@
-"""bertprep.corpus on small self-written files: formats, boundaries, errors, fingerprints."""
+"""bertprep.corpus.spec on small self-written files: formats, boundaries, errors, fingerprints."""
 from __future__ import annotations
 
 import bz2
@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from bertprep import corpus
+from bertprep.corpus import spec as corpus
 from bertprep.corpus import CorpusSpec, ReadStats, iter_documents, resolve_input_files
-from bertprep.fingerprints import input_fingerprints
+from bertprep.build import input_fingerprints
 from bertprep.errors import BertprepError
 
 REFERENCE_TEXT = (

@@ -1,11 +1,11 @@
-"""bertprep.cli_options: the shared corpus options and the SIZE type, through Click."""
+"""bertprep.cli.options: the shared corpus options and the SIZE type, through Click."""
 from __future__ import annotations
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options, parse_size
+from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options, parse_size
 from bertprep.corpus import CorpusSpec
 
 

@@ -54,7 +54,7 @@ def test_100mb_line_lines_mode(one_line_100mb):
 
 _CHILD = """
 import json, resource, sys
-from bertprep.corpus import CorpusSpec, ReadStats, iter_documents
+from bertprep.corpus.spec import CorpusSpec, ReadStats, iter_documents
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 stats = ReadStats()
 for _ in iter_documents(CorpusSpec(paths=(sys.argv[1],), sentences="split"), stats):

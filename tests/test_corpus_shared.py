@@ -1,4 +1,4 @@
-"""bertprep.corpus on the real files in shared/data (skipped where they are absent).
+"""bertprep.corpus.spec on the real files in shared/data (skipped where they are absent).
 
 The expected counts are checked independently below from line counts: WikiText-2 head
 has 2,106 lines of which 558 are headings (58 top-level); each WikiExtractor file's

@@ -5,7 +5,7 @@ import pytest
 
 from bertprep.build import BuildConfig, build_shards
 from bertprep.corpus import CorpusSpec
-from bertprep.encoding import SentenceEncoder, nanotoken_available
+from bertprep.tokenizer import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer import load_tokenizer
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 

@@ -11,13 +11,13 @@ from click.testing import CliRunner
 from safetensors import safe_open
 
 from bertmodel.cli import main
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data import ShardDataset
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import export_hf, load_into, load_pretrained
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import open_shard_dir, tokenizer_info
-from bertmodel.testing import SHARED, build_corpus_shards, small_shard_dir
+from bertmodel.data.synthetic import SHARED, build_corpus_shards, small_shard_dir
 
 transformers = pytest.importorskip("transformers")
 DATA = SHARED / "data"

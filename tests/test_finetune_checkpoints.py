@@ -8,7 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from bertmodel import checkpoint as ckpt
+from bertmodel.training import checkpoint as ckpt
 from bertmodel.cli import main
 from finetune_fixtures import sentence, write_tsv
 from finetune_fixtures import tiny_bert as make_tiny_bert

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.model import BertForSequenceClassification
-from bertmodel.optim import Schedule, build_optimizer, set_lr
+from bertmodel.training.optim import Schedule, build_optimizer, set_lr
 
 transformers = pytest.importorskip("transformers")
 

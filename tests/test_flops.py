@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertmodel.config import BertConfig
-from bertmodel.metrics import train_flops, unpadded_extent
+from bertmodel.model.config import BertConfig
+from bertmodel.training.metrics import train_flops, unpadded_extent
 from bertmodel.tasks.finetuning import encoder_flops
 
 LENGTHS = [128, 7, 64, 1, 100]

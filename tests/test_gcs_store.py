@@ -31,7 +31,7 @@ pafs = pytest.importorskip("pyarrow.fs")
 if not hasattr(pafs, "GcsFileSystem"):
     pytest.skip("this pyarrow was built without GCS support", allow_module_level=True)
 
-from bertprep import storage  # noqa: E402
+from bertprep.storage import stores as storage  # noqa: E402
 
 
 
@@ -122,7 +122,7 @@ def test_a_gs_build_killed_while_publishing_resumes_to_the_same_bytes(bucket, lo
     fs, name = bucket
     args = gs_args(name, local, upload_inputs(fs, name, local))
     # The environment travels to the killed process: the emulator's host is set on os.environ.
-    kill_at("bertprep.storage:copy_file", "prep", args, tmp_path / "paused", after=3)
+    kill_at("bertprep.storage.stores:copy_file", "prep", args, tmp_path / "paused", after=3)
     assert "manifest.json" not in keys(fs, f"{name}/out")  # a third of a copy that does not count
     assert len(keys(fs, f"{name}/out")) == 3
     result = invoke(prep_main, *args)
@@ -132,7 +132,7 @@ def test_a_gs_build_killed_while_publishing_resumes_to_the_same_bytes(bucket, lo
 
 def test_an_input_replaced_on_gs_during_the_build_fails_naming_it_and_publishes_nothing(
         bucket, local, monkeypatch):
-    import bertprep.build as build
+    import bertprep.build.run as build
 
     fs, name = bucket
     inputs = upload_inputs(fs, name, local)

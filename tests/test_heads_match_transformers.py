@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data import ShardDataset
 from bertmodel.data.qa_features import prepare_qa_features
 from bertmodel.data.shards import open_shard_dir
@@ -25,9 +25,9 @@ from bertmodel.model import (BertForMaskedLM, BertForPreTraining, BertForQuestio
                              BertForSequenceClassification)
 from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.model.unpad import resolve, set_unpad
-from bertmodel.optim import Schedule, build_optimizer, clip_and_step, set_lr
+from bertmodel.training.optim import Schedule, build_optimizer, clip_and_step, set_lr
 from bertmodel.tasks.qa import WindowSet
-from bertmodel.testing import small_shard_dir
+from bertmodel.data.synthetic import small_shard_dir
 from qa_fixtures import example, tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")

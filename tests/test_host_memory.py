@@ -10,7 +10,7 @@ PROBE = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "keep":
-    from bertmodel.host_memory import keep_freed_memory
+    from bertmodel.training.host_memory import keep_freed_memory
     if not keep_freed_memory():
         print("unsupported")
         sys.exit()

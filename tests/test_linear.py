@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.model import BertForSequenceClassification
 from bertmodel.model import linear as linear_module
 from bertmodel.model.linear import Linear, cpu_matmul, linear, set_cpu_matmul

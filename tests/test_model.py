@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bertmodel.config import PRESETS, BertConfig
+from bertmodel.model.config import PRESETS, BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.model import BertForPreTraining
-from bertmodel.optim import Lamb, Schedule
+from bertmodel.training.optim import Lamb, Schedule
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertprep.encoding import SentenceEncoder, nanotoken_available
+from bertprep.tokenizer import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer import load_tokenizer
 from shard_fixtures import write_vocab
 from shared_data import SHARED_DATA

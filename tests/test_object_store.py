@@ -28,7 +28,7 @@ from store_fixtures import OPTIONS, free_port, local_build, start_server
 pytest.importorskip("moto.server", reason="the object-store tests need moto's server (pip install 'moto[server]')")
 boto3 = pytest.importorskip("boto3", reason="the object-store tests need boto3 (installed with moto)")
 
-from bertprep import storage  # noqa: E402
+from bertprep.storage import stores as storage  # noqa: E402
 
 # Tasks of one build: pairs and scatter per partition, one gather per shard.
 PARTITIONS, SHARDS = 8, 3
@@ -182,7 +182,7 @@ def test_a_finished_s3_result_is_left_untouched_and_replaced_only_with_overwrite
     assert objects(s3) == before
     # With --overwrite, killed once its successor is complete in OUT.partial but
     # before publishing: the old result is still whole, and still the old one.
-    kill_at("bertprep.build:_publish_to_store", 0, [*args, "--overwrite"])
+    kill_at("bertprep.build.run:_publish_to_store", 0, [*args, "--overwrite"])
     assert {k: v for k, v in objects(s3).items() if k.startswith("out/")} == {
         k: v for k, v in before.items() if k.startswith("out/")}
     assert f"out.partial/manifest.json" in objects(s3)
@@ -194,9 +194,9 @@ def test_a_finished_s3_result_is_left_untouched_and_replaced_only_with_overwrite
 # Where the build is killed: (function, normal calls before it), and the tasks finished
 # then as (pairs, scatter, shards) markers in OUT.partial/work.
 KILL_POINTS = {
-    "second-shard-unrenamed": ("bertprep.arrow_writer:sha256_file", 1, (PARTITIONS, PARTITIONS, 1)),
+    "second-shard-unrenamed": ("bertprep.shards.writer:sha256_file", 1, (PARTITIONS, PARTITIONS, 1)),
     # Publishing copies OUT.partial into OUT, the manifest last: stopped after 3 files.
-    "publishing": ("bertprep.storage:copy_file", 3, (0, 0, 0)),
+    "publishing": ("bertprep.storage.stores:copy_file", 3, (0, 0, 0)),
 }
 
 
@@ -222,7 +222,7 @@ def test_a_killed_s3_build_resumes_with_the_same_command_to_the_same_bytes(s3, l
 
 def test_an_input_changed_on_the_store_during_the_build_fails_naming_it_and_publishes_nothing(
         s3, local, monkeypatch):
-    import bertprep.build as build
+    import bertprep.build.run as build
 
     inputs = upload_inputs(s3, local)
     original = build.scatter_partition

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertprep.pair_quality import PairFigures, degenerate_pairs_warning
+from bertprep.instances import PairFigures, degenerate_pairs_warning
 
 
 def figures(documents, sentences, tokens_per_document, random_fraction, mean_length, single=0.1, max_seq_length=128):

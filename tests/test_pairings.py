@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertprep.full_sentences import build_full_rows, document_starts, pack_full_sentences
+from bertprep.instances import build_full_rows, document_starts, pack_full_sentences
 from bertprep.instances import PairConfig, TokenizedPartition, build_sop_pairs
-from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
+from bertprep.instances import MaskingConfig, Vocabulary, apply_masking
 from shared_data import SHARED_DATA
 
 CLS, SEP, MASK = 101, 102, 103
@@ -120,14 +120,14 @@ VALIDATOR = SHARED_DATA.parent / "tools" / "validate_shards.py"
 def wiki_corpus(tmp_path_factory):
     if not WIKI.exists():
         pytest.skip(f"shared data absent ({WIKI})")
-    from bertmodel.testing import wiki_to_reference_layout
+    from bertmodel.data.synthetic import wiki_to_reference_layout
 
     return wiki_to_reference_layout([WIKI], tmp_path_factory.mktemp("wiki") / "wiki.txt")
 
 
 @pytest.mark.parametrize("pairs", ["sop", "none"])
 def test_real_builds_record_their_pairing(wiki_corpus, tmp_path, pairs):
-    from bertmodel.testing import build_corpus_shards
+    from bertmodel.data.synthetic import build_corpus_shards
 
     out = build_corpus_shards(wiki_corpus, VOCAB_FILE, tmp_path / pairs, dupe_factor=1, pairs=pairs)
     manifest = json.loads((out / "manifest.json").read_text())

@@ -11,8 +11,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from bertprep.instances import PairConfig, TokenizedPartition, build_pairs, truncated_lengths
-from bertprep.masking import MaskingConfig, Vocabulary, apply_masking, num_to_predict
-from bertprep.rows import build_rows, ragged_arange
+from bertprep.instances import MaskingConfig, Vocabulary, apply_masking, num_to_predict
+from bertprep.instances import build_rows, ragged_arange
 
 CLS, SEP, MASK = 101, 102, 103
 VOCAB_SIZE = 1000

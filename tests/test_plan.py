@@ -1,4 +1,4 @@
-"""The partition plan (bertprep/plan.py, bertprep/boundaries.py): cut without reading the
+"""The partition plan (bertprep/build/plan.py, bertprep/corpus/boundaries.py): cut without reading the
 corpus, every document read by exactly one partition, none split, none lost. Checked
 against the whole-file reader (`iter_documents`) on the real shared data and on drawn
 files of every text layout."""
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertprep import boundaries
+from bertprep.corpus import boundaries
 from bertprep.corpus import CorpusSpec, ReadStats, iter_documents
 from bertprep.errors import BertprepError
-from bertprep.plan import merge_read_stats, plan_partitions, read_partition
+from bertprep.build import merge_read_stats, plan_partitions, read_partition
 from shared_data import SHARED_DATA
 
 
@@ -267,7 +267,8 @@ def test_a_build_reads_and_hashes_its_inputs_only_in_its_workers(tmp_path, monke
     input otherwise: its readers and hashing are disabled here, the workers' are not."""
     import hashlib
 
-    from bertprep import hf_datasets, readers
+    from bertprep.corpus import hf_datasets
+    from bertprep.corpus import readers
     from bertprep.build import BuildConfig, build_shards
     from shard_fixtures import shard_bytes, write_corpus, write_vocab
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from bertmodel.cli import main as bertmodel_main
 from bertmodel.errors import BertmodelError
-from bertmodel.plot import plot_runs, read_metrics
-from bertmodel.testing import small_shard_dir
+from bertmodel.training.plot import plot_runs, read_metrics
+from bertmodel.data.synthetic import small_shard_dir
 from bertprep.cli import main as bertprep_main
 from bertprep.errors import BertprepError
 from shard_fixtures import read_rows, write_corpus, write_vocab
@@ -139,7 +139,7 @@ def build(corpus, out, *options):
 
 
 def test_inspect_plot_draws_the_shard_statistics(corpus, tmp_path):
-    from bertprep.shard_plot import masked_per_row_histogram
+    from bertprep.shards import masked_per_row_histogram
 
     shards = build(corpus, tmp_path / "shards", "--dupe-factor", 2)
     result = invoke(bertprep_main, "inspect", shards, "--plot", tmp_path / "shards.png")
@@ -167,8 +167,8 @@ def test_inspect_plot_draws_the_shard_statistics(corpus, tmp_path):
 
 
 def test_inspect_plot_without_matplotlib_is_one_line(corpus, tmp_path, monkeypatch):
-    from bertprep.inspect_shards import measure
-    from bertprep.shard_plot import plot_shards
+    from bertprep.shards import measure
+    from bertprep.shards import plot_shards
 
     shards = build(corpus, tmp_path / "shards")
     for module in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bertprep.corpus import CorpusSpec, ReadStats, iter_documents
 from bertprep.errors import BertprepError
-from bertprep.prose import join_is_one_word, join_paragraph, vocabulary_lookup
+from bertprep.corpus import join_is_one_word, join_paragraph, vocabulary_lookup
 from bertprep.tokenizer import load_tokenizer
 
 from shared_data import SHARED_DATA
@@ -160,7 +160,7 @@ def test_several_files_compressed_directories_and_globs(tmp_path):
 def test_chunk_boundaries_do_not_matter(tmp_path, monkeypatch):
     path = book(tmp_path, text=BOOK * 20)
     whole = read(path, document_separator=SEPARATOR)
-    monkeypatch.setattr("bertprep.readers.CHUNK_BYTES", 7)
+    monkeypatch.setattr("bertprep.corpus.readers.CHUNK_BYTES", 7)
     assert read(path, document_separator=SEPARATOR) == whole
     assert len(whole) == 1 + 20 * 3  # header, then (chapter I, chapter II, licence) per copy
 
@@ -175,7 +175,7 @@ def test_jsonl_records_are_wrapped_documents(tmp_path):
 
 
 def test_long_documents_are_cut_without_losing_text(tmp_path, monkeypatch):
-    monkeypatch.setattr("bertprep.corpus.MAX_DOCUMENT_CHARS", 100)
+    monkeypatch.setattr("bertprep.corpus.spec.MAX_DOCUMENT_CHARS", 100)
     lines = [f"Line {i} of a long docu-\nment." for i in range(30)]
     path = book(tmp_path, text="\n".join(lines) + "\n")
     stats = ReadStats()

@@ -11,14 +11,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertmodel import checkpoint as ckpt
+from bertmodel.training import checkpoint as ckpt
 from bertmodel.data import ShardDataset
 from bertmodel.data.recipes import DynamicMasking, masking_vocabulary, restore_originals
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
-from bertmodel.testing import build_corpus_shards, small_shard_dir, wiki_to_reference_layout
+from bertmodel.data.synthetic import build_corpus_shards, small_shard_dir, wiki_to_reference_layout
 from bertmodel.train import TrainConfig, train
-from bertprep.masking import MaskingConfig
+from bertprep.instances import MaskingConfig
 from shared_data import SHARED_DATA
 
 WIKI = SHARED_DATA / "enwiki_wikiextractor" / "wiki_00"

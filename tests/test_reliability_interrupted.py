@@ -20,10 +20,10 @@ import shutil
 import pytest
 import torch
 
-from bertmodel import checkpoint as ckpt
+from bertmodel.training import checkpoint as ckpt
 from bertmodel.cli import main as model_main
 from bertmodel.training.run_dir import write_run_record
-from bertmodel.testing import small_shard_dir
+from bertmodel.data.synthetic import small_shard_dir
 from bertprep.build import staging_path
 from bertprep.cli import main as prep_main
 from reliability_checks import (PREP, finished_markers, invoke, kill_at, markers_written, one_line_error, start_paused,
@@ -49,11 +49,11 @@ def build(tmp_path_factory):
 
 KILL_POINTS = {
     # partition 0 tokenized, its cache file not written, no marker yet
-    "tokenizing": ("bertprep.partitions:TokenCache.save", 0),
+    "tokenizing": ("bertprep.build.partitions:TokenCache.save", 0),
     # the second shard written to its temporary name, not yet renamed
-    "shard-temporary": ("bertprep.arrow_writer:sha256_file", 1),
+    "shard-temporary": ("bertprep.shards.writer:sha256_file", 1),
     # manifest.json written in OUT.partial, not yet renamed to OUT
-    "manifest-before-publish": ("bertprep.build:_publish", 0),
+    "manifest-before-publish": ("bertprep.build.run:_publish", 0),
 }
 
 
@@ -89,7 +89,7 @@ def test_overwrite_killed_before_publish_keeps_the_previous_result(build, tmp_pa
     args = ["build-shards", *build["options"], "--cache-dir", tmp_path / "cache", "--out", out]
     assert invoke(prep_main, *args, "--seed", 1).exit_code == 0
     previous = shard_bytes(out)
-    kill_at("bertprep.build:_publish", "prep", [*args, "--overwrite"], tmp_path / "paused")
+    kill_at("bertprep.build.run:_publish", "prep", [*args, "--overwrite"], tmp_path / "paused")
     assert shard_bytes(out) == previous  # whole, and still the old one
     assert (staging_path(out) / "manifest.json").exists()  # the new one, complete but unpublished
     result = invoke(prep_main, *args, "--overwrite")
@@ -105,7 +105,7 @@ def test_a_second_concurrent_build_is_refused(build, tmp_path):
     out = tmp_path / "out"
     args = ["build-shards", *build["options"], "--out", out, "--cache-dir", tmp_path / "cache"]
     resume = tmp_path / "resume"
-    first = start_paused("bertprep.arrow_writer:sha256_file", "prep", args, tmp_path / "paused", resume=resume)
+    first = start_paused("bertprep.shards.writer:sha256_file", "prep", args, tmp_path / "paused", resume=resume)
     try:
         import subprocess
 
@@ -153,7 +153,7 @@ def test_build_disk_full_patched(tmp_path, monkeypatch):
     side, this the CLI's line."""
     corpus = write_corpus(tmp_path / "corpus.txt", documents=40)
     vocab = write_vocab(tmp_path / "vocab.txt")
-    monkeypatch.setattr("bertprep.arrow_writer.atomic_output", _disk_full)
+    monkeypatch.setattr("bertprep.shards.writer.atomic_output", _disk_full)
     out = tmp_path / "out"
     result = invoke(prep_main, "build-shards", corpus, "--tokenizer", vocab, "--out", out, "--workers", 1,
                     "--quiet", "--cache-dir", tmp_path / "cache")
@@ -191,7 +191,7 @@ def test_train_tokenizer_disk_full_patched(tmp_path, monkeypatch):
     tok = tmp_path / "tok"
     assert invoke(prep_main, "train-tokenizer", corpus, "--out", tok, "--vocab-size", 80, "--quiet").exit_code == 0
     previous = {p.name: p.read_bytes() for p in tok.iterdir()}
-    monkeypatch.setattr("bertprep.tokenizer.write_bytes_atomic", _disk_full)  # saving the new TOKDIR
+    monkeypatch.setattr("bertprep.tokenizer.files.write_bytes_atomic", _disk_full)  # saving the new TOKDIR
     result = invoke(prep_main, "train-tokenizer", corpus, "--out", tok, "--vocab-size", 90, "--quiet", "--overwrite")
     assert one_line_error(result, exit_code=1) == _tokenizer_disk_full_message(tok)
     assert {p.name: p.read_bytes() for p in tok.iterdir()} == previous
@@ -249,7 +249,7 @@ def test_pretrain_killed_mid_step_resumes_from_the_last_checkpoint(shards, strai
 def test_pretrain_killed_while_writing_a_checkpoint(shards, straight, tmp_path):
     run = tmp_path / "run"
     # The 2nd checkpoint (step 4, the last): state.pt written in .tmp-step-4-PID, meta.json not yet.
-    kill_at("bertmodel.checkpoint:_fsync", "model", pretrain_args(shards, run), tmp_path / "paused", after=1)
+    kill_at("bertmodel.training.checkpoint:_fsync", "model", pretrain_args(shards, run), tmp_path / "paused", after=1)
     assert len(list((run / "checkpoints").glob(".tmp-step-4-*/state.pt"))) == 1
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2]  # the half-written one is not a checkpoint
     result = resume(shards, run)

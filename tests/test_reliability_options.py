@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from bertmodel.cli import main as model_main
-from bertmodel.testing import small_shard_dir
+from bertmodel.data.synthetic import small_shard_dir
 from bertprep.cli import main as prep_main
 from reliability_checks import invoke, nothing_left, one_line_error
 from shard_fixtures import write_corpus, write_vocab

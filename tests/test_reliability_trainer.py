@@ -14,11 +14,11 @@ import shutil
 import pytest
 
 from bertmodel.cli import main
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.hf import export_hf
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import tokenizer_info
-from bertmodel.testing import small_shard_dir, write_small_vocab
+from bertmodel.data.synthetic import small_shard_dir, write_small_vocab
 from bertprep.build import BuildConfig, build_shards, staging_path
 from bertprep.corpus import CorpusSpec
 from reliability_checks import invoke, one_line_error
@@ -83,8 +83,8 @@ def test_an_unfinished_build_is_not_training_data(tmp_path, monkeypatch):
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as if the run stopped while writing shards
 
-    monkeypatch.setattr("bertprep.build_tasks.gather_shard", killed)
-    monkeypatch.setattr("bertprep.build.gather_shard", killed)
+    monkeypatch.setattr("bertprep.build.tasks.gather_shard", killed)
+    monkeypatch.setattr("bertprep.build.run.gather_shard", killed)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         build_shards(CorpusSpec(paths=(str(corpus),)), vocab, out,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bertmodel.errors import BertmodelError
-from bertmodel.metrics import MetricsWriter
-from bertmodel.reporting import event_files, open_reporters, scalar_name, scalars
+from bertmodel.training.metrics import MetricsWriter
+from bertmodel.training.reporting import event_files, open_reporters, scalar_name, scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,8 +60,8 @@ def test_tensorboard_events_hold_the_logged_values_at_their_steps(tmp_path):
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from bertmodel.metrics import MetricsWriter
-    from bertmodel.reporting import open_reporters
+    from bertmodel.training.metrics import MetricsWriter
+    from bertmodel.training.reporting import open_reporters
     run = Path(sys.argv[1])
     writer = MetricsWriter(run / "metrics.jsonl", resume_step=0,
                            reporters=open_reporters(["tensorboard"], run, {}, resume_step=0))
@@ -221,7 +221,7 @@ def test_pretrain_report_to_tensorboard_matches_metrics_jsonl_across_a_resume(tm
     from click.testing import CliRunner
 
     from bertmodel.cli import main
-    from bertmodel.testing import small_shard_dir
+    from bertmodel.data.synthetic import small_shard_dir
 
     shards = small_shard_dir(tmp_path / "shards", rows=48)
     command = ["pretrain", "--data", shards, "--eval-data", shards, "--out", tmp_path / "run", "--preset", "tiny",

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from bertmodel.cli import main
 from bertmodel.eval.classification import binary_f1
-from bertmodel.testing import small_shard_dir
+from bertmodel.data.synthetic import small_shard_dir
 from finetune_fixtures import sentence, write_tsv
 from finetune_fixtures import tiny_bert as make_tiny_bert
 

@@ -1,4 +1,4 @@
-"""bertprep.sentences: exact splits on real text from the shared data and on the rules.
+"""bertprep.corpus.sentences: exact splits on real text from the shared data and on the rules.
 
 Speed, measured on this 2-core machine (shared, so rough): 25 MB/s on the WikiExtractor
 paragraphs of wiki_00 (about 20 words per sentence), 7 MB/s on a worst case of 13-byte
@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from bertprep.sentences import split_sentences
+from bertprep.corpus import split_sentences
 
 from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 WIKI_00 = DATA / "enwiki_wikiextractor" / "wiki_00"

@@ -9,14 +9,8 @@ from click.testing import CliRunner
 
 from bertprep.corpus import CorpusSpec, ReadStats, format_size, iter_documents
 from bertprep.errors import BertprepError
-from bertprep.stdlib_corpus import (
-    MIN_SENTENCES,
-    docstring_sentences,
-    iter_stdlib_modules,
-    module_documents,
-    stdlib_dir,
-    write_stdlib_corpus,
-)
+from bertprep.corpus import (MIN_SENTENCES, docstring_sentences, iter_stdlib_modules, module_documents, stdlib_dir,
+                             write_stdlib_corpus)
 
 
 def test_docstring_cleaning():

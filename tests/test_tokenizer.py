@@ -1,4 +1,4 @@
-"""bertprep.tokenizer: loading, building, saving, the contract other modules rely on."""
+"""bertprep.tokenizer.files: loading, building, saving, the contract other modules rely on."""
 from __future__ import annotations
 
 import json

@@ -13,14 +13,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from bertmodel import checkpoint as ckpt
+from bertmodel.training import checkpoint as ckpt
 from bertmodel.cli import main
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import export_hf
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import tokenizer_info
-from bertmodel.testing import small_shard_dir, write_small_vocab
+from bertmodel.data.synthetic import small_shard_dir, write_small_vocab
 from bertmodel.train import TrainConfig, train
 
 METRIC_KEYS = {"step", "loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "samples_per_s",

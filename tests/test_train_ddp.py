@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from bertmodel import checkpoint as ckpt
-from bertmodel.testing import small_shard_dir
+from bertmodel.training import checkpoint as ckpt
+from bertmodel.data.synthetic import small_shard_dir
 
 
 def torchrun(*args):

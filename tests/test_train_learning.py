@@ -17,7 +17,7 @@ import pytest
 
 from bertmodel.data import ShardDataset
 from bertmodel.data.shards import open_shard_dir
-from bertmodel.testing import SHARED, build_corpus_shards
+from bertmodel.data.synthetic import SHARED, build_corpus_shards
 from bertmodel.train import TrainConfig, train
 
 DATA = SHARED / "data"

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from bertprep.cli import main
 from bertprep.errors import BertprepError
-from bertprep.bottom_sample import BottomSample
-from bertprep.wordpiece_training import TokenizerTrainingConfig, train_tokenizer
+from bertprep.corpus import BottomSample
+from bertprep.tokenizer import TokenizerTrainingConfig, train_tokenizer
 
 from shared_data import SHARED_DATA as DATA  # noqa: E402  ../shared/data beside the checkout
 TRAIN_FILES = [DATA / "wikitext-2-raw-train-head.txt", DATA / "enwiki_wikiextractor" / "wiki_00",

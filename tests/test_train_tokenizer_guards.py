@@ -13,8 +13,9 @@ import pytest
 from tokenizers import pre_tokenizers
 
 from bertprep.tokenizer import load_tokenizer
-from bertprep.wordpiece_guards import UNCASED_GROWTH, WORD_BOUNDARIES, LongWords
-from bertprep.wordpiece_training import TokenizerTrainingConfig, _normalizer, train_tokenizer
+from bertprep.tokenizer import UNCASED_GROWTH, WORD_BOUNDARIES, LongWords
+from bertprep.tokenizer import TokenizerTrainingConfig, train_tokenizer
+from bertprep.tokenizer.training import _normalizer
 from shard_fixtures import write_corpus
 
 

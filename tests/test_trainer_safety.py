@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from bertmodel.cli import main
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.hf import export_hf, load_pretrained
 from bertmodel.model import BertForPreTraining
-from bertmodel.testing import small_shard_dir
-from bertprep.lock import DirectoryLock
+from bertmodel.data.synthetic import small_shard_dir
+from bertprep.storage import DirectoryLock
 
 
 @pytest.fixture(scope="module")

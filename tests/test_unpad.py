@@ -11,13 +11,13 @@ import warnings
 import pytest
 import torch
 
-from bertmodel.config import BertConfig
-from bertmodel.metrics import unpadded_extent
+from bertmodel.model.config import BertConfig
+from bertmodel.training.metrics import unpadded_extent
 from bertmodel.model import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                              BertForSequenceClassification)
 from bertmodel.model.unpad import resolve, set_unpad, unpad_kernel
 from bertmodel.tasks.pretraining import PretrainingTask
-from bertmodel.testing import small_shard_dir
+from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.train import TrainConfig, train
 
 T = 24

@@ -1,39 +1,18 @@
-"""The `bertmodel` command line: pretrain, finetune, evaluate, predict, export-hf, fill-mask, plot. A thin layer over the
-library: parse options, build a config, call one function, print a summary. Library
-errors (`BertmodelError`) become one-line `click.ClickException`s here."""
+"""`bertmodel pretrain`, `export-hf`, `fill-mask`, `demo` and `plot`: parse options,
+build a config, call one library function, print a summary."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 
 import click
 
-from bertmodel import __version__
-from bertmodel.config import PRESETS
+from bertmodel.cli.group import CONTEXT_SETTINGS, DIR, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.demo import DEMO_STEPS
+from bertmodel.model.config import PRESETS
 from bertmodel.train import TrainConfig
-from bertprep.clikit import CONTEXT_SETTINGS, OneLineErrors, user_errors
+from bertprep.cli.kit import user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-DIR = click.Path(file_okay=False)
-EXISTING = click.Path(exists=True)
-TOKENIZER_HELP = "vocab.txt, tokenizer.json or tokenizer dir"
-
-
-@click.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, "--version", prog_name="bertmodel")
-def main():
-    """Pre-train BERT (masked LM + next sentence prediction, sentence order, or masked LM
-    alone) on bertprep shards and export checkpoints that transformers loads as
-    BertForPreTraining (BertForMaskedLM for masked LM alone).
-
-    \b
-    Example:
-      bertmodel pretrain --data shards/ --out run/ --preset mini --max-steps 1000
-      bertmodel fill-mask run/ "The capital of France is [MASK]."
-    """
-
 
 def _opt(name: str, **kwargs):
     """An option whose default comes from TrainConfig (defaults are defined once)."""
@@ -122,21 +101,6 @@ def pretrain(**options):
                                    "eval_sop_acc"))
 
 
-def finish_run(out: str, last: dict, keys) -> None:
-    """The run's summary line (rank 0 only: under torchrun every rank returns here), and
-    after SIGTERM/SIGINT exit 128 + the signal, so schedulers don't read it as success.
-    "step" is the step the run reached; figures logged at an earlier step say so."""
-    if int(os.environ.get("RANK", "0")) == 0:
-        summary = ", ".join(f"{k} {last[k]:.4f}" if isinstance(last[k], float) else f"{k} {last[k]}"
-                            for k in keys if k in last)
-        if last.get("logged_step") and any(k in last for k in keys if k != "step"):
-            summary += f" (figures of step {last['logged_step']})"
-        saved = f"; checkpoint {last['checkpoint']}" if last.get("checkpoint") else ""
-        click.echo(f"{out}: {summary}{saved}")
-    if last.get("stopped_by"):
-        sys.exit(128 + int(last["stopped_by"]))
-
-
 @main.command("export-hf", context_settings=CONTEXT_SETTINGS)
 @click.argument("checkpoint", type=EXISTING)
 @click.argument("out_dir", type=DIR)
@@ -187,7 +151,7 @@ def fill_mask_command(model, texts, top_k, device):
       bertmodel fill-mask run/ "The capital of France is [MASK]." --top-k 5
     """
     from bertmodel.infer import fill_masks
-    from bertmodel.parallel import resolve_device
+    from bertmodel.training.parallel import resolve_device
 
     for text, guesses in zip(texts, fill_masks(model, list(texts), top_k=top_k, device=resolve_device(device))):
         if len(texts) > 1:
@@ -238,20 +202,9 @@ def plot_command(runs, out, overwrite):
     """
     from pathlib import Path
 
-    from bertmodel.plot import plot_runs
+    from bertmodel.training.plot import plot_runs
 
     if out is None:
         out = Path(runs[0]) / "curves.png" if len(runs) == 1 and Path(runs[0]).is_dir() else Path("curves.png")
     path = plot_runs(list(runs), out, overwrite=overwrite)
     click.echo(f"wrote {path} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
-
-
-def _register_commands() -> None:
-    # Command groups in modules of their own register themselves on `main`.
-    from bertmodel import cli_finetune  # noqa: F401  finetune classify|qa, evaluate, predict
-
-
-_register_commands()
-
-if __name__ == "__main__":
-    main()

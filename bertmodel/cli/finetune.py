@@ -8,9 +8,9 @@ import json
 
 import click
 
-from bertmodel.cli import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
+from bertmodel.cli.group import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.finetune import FinetuneConfig
-from bertprep.clikit import OneLineErrors, user_errors
+from bertprep.cli.kit import OneLineErrors, user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
 NO_ANSWER = "(no answer)"  # how predict shows SQuAD v2.0's empty answer on the command line

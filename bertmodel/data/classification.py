@@ -27,7 +27,7 @@ import numpy as np
 from bertmodel.data.labels import LabelSpace
 from bertmodel.data.tables import LabelledTexts
 from bertmodel.errors import BertmodelError
-from bertprep.encoding import SentenceEncoder
+from bertprep.tokenizer import SentenceEncoder
 from bertprep.errors import BertprepError
 from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
 

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from bertmodel.errors import BertmodelError
-from bertmodel.metrics import unpadded_extent
+from bertmodel.training.metrics import unpadded_extent
 from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.data.shards import LIST_COLUMNS, ShardDir
-from bertprep import schema
+from bertprep.shards import schema
 
 PAD_MULTIPLE = 8
 

@@ -145,7 +145,7 @@ def write_nbest_predictions(path: str | Path, nbest: dict[str, list[dict]]) -> N
 
 
 def _write_json(path, obj) -> None:
-    from bertprep.atomic import write_bytes_atomic
+    from bertprep.storage import write_bytes_atomic
 
     text = json.dumps(obj, indent=4, ensure_ascii=False) + "\n"
     try:

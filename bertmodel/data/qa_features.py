@@ -97,7 +97,7 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
                         doc_stride: int = 128, max_query_length: int = 64,
                         training: bool = True) -> QAFeatures:
     """Windows of `examples` (see the module docstring). `tokenizer` is a
-    `bertprep.tokenizer.LoadedTokenizer` or anything `load_tokenizer` takes (a TOKDIR, a
+    `bertprep.tokenizer.files.LoadedTokenizer` or anything `load_tokenizer` takes (a TOKDIR, a
     tokenizer.json, a vocab.txt). With `training`, each window gets start/end labels from
     the example's first answer, and an answerable example whose `answer_start` does not
     point at its answer text (or whose answer has no token) is left out and listed in
@@ -223,7 +223,7 @@ _ENCODERS: dict[int, tuple] = {}  # id(LoadedTokenizer) -> (it, its SentenceEnco
 def _sentence_encoder(loaded):
     # Building nanotoken's tokenizer from JSON takes ~0.1 s: once per tokenizer object,
     # not once per call (evaluation prepares features every time it runs).
-    from bertprep.encoding import SentenceEncoder
+    from bertprep.tokenizer import SentenceEncoder
 
     held = _ENCODERS.get(id(loaded))
     if held is None or held[0] is not loaded:

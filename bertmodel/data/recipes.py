@@ -7,7 +7,7 @@ A shard row keeps the original token at each masked position (`masked_lm_ids` at
   `objective_for` picks and checks the objective a run trains;
 - DynamicMasking (RoBERTa, Liu et al. 2019, section 4.1): a train set whose batches are
   restored to the original tokens and masked afresh by bertprep's own rules
-  (bertprep.masking.mask_padded: the count formula, 80/10/10, never the specials, the
+  (bertprep.instances.masking.mask_padded: the count formula, 80/10/10, never the specials, the
   random-draw vocabulary), at any rate.
 
 Determinism: the masks of a batch are a function of (seed, epoch, the global index of
@@ -22,8 +22,8 @@ import numpy as np
 
 from bertmodel.errors import BertmodelError
 from bertmodel.model.heads import IGNORE_INDEX
-from bertprep.manifest import pairing
-from bertprep.masking import MaskingConfig, Vocabulary, mask_padded
+from bertprep.shards import pairing
+from bertprep.instances import MaskingConfig, Vocabulary, mask_padded
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 SERVES = {"nsp": ("mlm+nsp", "mlm"), "sop": ("mlm+sop", "mlm"), "none": ("mlm",)}  # pairing -> objectives
@@ -62,7 +62,7 @@ def objective_for(requested: str | None, shard_dirs) -> str:
 
 def masking_vocabulary(tokenizer) -> Vocabulary:
     """bertprep's Vocabulary for the run's tokenizer files (the same random-draw pool)."""
-    from bertprep.build_tasks import vocabulary_for_masking
+    from bertprep.build import vocabulary_for_masking
     from bertprep.tokenizer import load_tokenizer
 
     source = tokenizer.files.get("vocab.txt") or tokenizer.files.get("tokenizer.json")

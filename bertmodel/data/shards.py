@@ -28,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 
 from bertmodel.errors import BertmodelError
-from bertprep import schema
+from bertprep.shards import schema
 
-from bertprep.atomic import sha256_file  # noqa: E402
+from bertprep.storage import sha256_file  # noqa: E402
 from bertprep.tokenizer import TOKENIZER_FILES  # noqa: E402,F401  (one list of the files a tokenizer is)
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 LIST_COLUMNS = (schema.INPUT_IDS, schema.TOKEN_TYPE_IDS, schema.MASKED_LM_POSITIONS, schema.MASKED_LM_IDS)

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from bertprep import schema
-from bertprep.atomic import sha256_file
+from bertprep.shards import schema
+from bertprep.storage import sha256_file
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 
 
 def write_tokenizer_files(out: Path, vocab: Path, lowercase: bool = True) -> dict:

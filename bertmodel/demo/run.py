@@ -158,7 +158,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     step.run("bertmodel", "fill-mask", str(model), *FILL_MASK_EXAMPLES, "--top-k", "5")
 
     step.banner("8/8 Fine-tune it: which package does a docstring sentence document?")
-    from bertmodel.demo_task import majority_baseline, write_topic_task
+    from bertmodel.demo.task import majority_baseline, write_topic_task
 
     task_dir = out / "topic-task"
     if (task_dir / "labels.txt").is_file():  # a rerun reuses the task files

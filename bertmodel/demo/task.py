@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import pathlib
 
-from bertprep.stdlib_corpus import iter_stdlib_documents, stdlib_dir
+from bertprep.corpus import iter_stdlib_documents, stdlib_dir
 
 PACKAGES = 4  # the packages with the most sentences become the labels
 PER_PACKAGE = 600  # sentences kept per package, so the classes are balanced

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.model.dropout import Dropout, attention
 from bertmodel.model.linear import Linear, linear
-from bertmodel.model.unpad import Packing
+from bertmodel.model.unpad import Packing, UnpaddableEncoder
 
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
@@ -172,7 +172,7 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(x[:, 0]))  # the [CLS] state -> (B, H)
 
 
-class BertModel(nn.Module):
+class BertModel(UnpaddableEncoder):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
         self.embeddings = Embeddings(config)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.model.dropout import Dropout
 from bertmodel.model.encoder import BertModel, init_weights
 from bertmodel.model.linear import Linear

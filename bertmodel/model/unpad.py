@@ -137,8 +137,13 @@ def unpad_kernel(model: torch.nn.Module) -> str | None:
     return None if bert is None else bert.unpad
 
 
-def _bert_of(model: torch.nn.Module):
-    from bertmodel.model.encoder import BertModel
+class UnpaddableEncoder(torch.nn.Module):
+    """An encoder that can compute only its real tokens: `unpad` names the kernel (None:
+    padded). The encoders derive from it, so this module needs none of them."""
 
-    bert = model if isinstance(model, BertModel) else getattr(model, "bert", None)
-    return bert if isinstance(bert, BertModel) else None
+    unpad: str | None = None
+
+
+def _bert_of(model: torch.nn.Module):
+    bert = model if isinstance(model, UnpaddableEncoder) else getattr(model, "bert", None)
+    return bert if isinstance(bert, UnpaddableEncoder) else None

@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data.shards import TokenizerInfo
 
 

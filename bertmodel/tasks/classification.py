@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data.classification import encode_examples, pad_batch
 from bertmodel.data.labels import LabelSpace
 from bertmodel.data.tables import LabelledTexts, read_hub_dataset, read_table

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import Pretrained, load_into, load_pretrained

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import torch
 
-from bertmodel import parallel
-from bertmodel.config import BertConfig
+from bertmodel.training import parallel
+from bertmodel.model.config import BertConfig
 from bertmodel.data import ShardDataset, eval_batches
 from bertmodel.data.recipes import (DEFAULT_OBJECTIVE, PAIRING_WORDS, DynamicMasking, default_max_predictions,
                                     masking_vocabulary, objective_for, pairing_of_dir)
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
-from bertmodel.metrics import StepStats, train_flops
+from bertmodel.training.metrics import StepStats, train_flops
 from bertmodel.model import BertForMaskedLM, BertForPreTraining
 from bertmodel.training.run_dir import source_identity
-from bertprep.masking import MaskingConfig
+from bertprep.instances import MaskingConfig
 
 
 # The pair objective's name in metrics (nsp_acc, sop_loss, ...) and the pairing whose
@@ -133,7 +133,7 @@ class PretrainingTask:
             return self.model_class(config)
         pre = load_pretrained(cfg.init_from)
         if cfg.preset is not None:
-            from bertmodel.config import PRESETS
+            from bertmodel.model.config import PRESETS
 
             shape = (pre.config.num_hidden_layers, pre.config.hidden_size, pre.config.num_attention_heads)
             if PRESETS[cfg.preset] != shape:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 from bertmodel.data.qa_decode import decode_predictions, write_nbest_predictions, write_predictions
 from bertmodel.data.qa_features import QAFeatures, prepare_qa_features
 from bertmodel.data.squad import read_squad

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import torch
 
-from bertmodel import checkpoint as ckpt
-from bertmodel import parallel
-from bertmodel.config import BertConfig
+from bertmodel.training import checkpoint as ckpt
+from bertmodel.training import parallel
+from bertmodel.model.config import BertConfig
 from bertmodel.data import BatchLoader
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import export_hf
-from bertmodel.metrics import MetricsWriter, peak_flops
+from bertmodel.training.metrics import MetricsWriter, peak_flops
 from bertmodel.model.unpad import unpad_kernel
-from bertmodel.optim import Schedule, clip_and_step, set_lr
+from bertmodel.training.optim import Schedule, clip_and_step, set_lr
 from bertprep.progress import progress_bar
 
 

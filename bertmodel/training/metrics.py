@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bertmodel.config import BertConfig
+from bertmodel.model.config import BertConfig
 
 # Dense bf16 tensor-core peaks from the vendors' datasheets (no 2:4 sparsity), FLOP/s.
 PEAK_BF16_FLOPS = {
@@ -134,7 +134,7 @@ def _step_of(line: str) -> float:
 class MetricsWriter:
     """Appends one JSON object per line to RUN/metrics.jsonl (rank 0 only).
 
-    reporters (see bertmodel.reporting.open_reporters): also given every record written,
+    reporters (see bertmodel.training.reporting.open_reporters): also given every record written,
     and closed with the writer."""
 
     def __init__(self, path: Path, resume_step: int | None = None, reporters=None):

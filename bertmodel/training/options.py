@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bertmodel.errors import BertmodelError
-from bertmodel.optim import Schedule
+from bertmodel.training.optim import Schedule
 
 # Options whose change on resume would change what the run means (its schedule, its
 # optimizer, its data order): refused unless allow_changed_options is set.

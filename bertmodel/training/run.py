@@ -21,20 +21,20 @@ from pathlib import Path
 
 import torch
 
-from bertmodel import checkpoint as ckpt
-from bertmodel import parallel
+from bertmodel.training import checkpoint as ckpt
+from bertmodel.training import parallel
 from bertmodel.data import BatchLoader, SampleOrder
 from bertmodel.errors import BertmodelError
-from bertmodel.host_memory import keep_freed_memory
-from bertmodel.metrics import MetricsWriter, format_count
+from bertmodel.training.host_memory import keep_freed_memory
+from bertmodel.training.metrics import MetricsWriter, format_count
 from bertmodel.model.unpad import resolve as resolve_unpad
 from bertmodel.model.unpad import set_unpad
-from bertmodel.optim import build_optimizer
+from bertmodel.training.optim import build_optimizer
 from bertmodel.training.loop import Trainer
 from bertmodel.training.run_dir import (LOCK_FILE, RUN_FILE, check_out_apart, check_resume_inputs, check_run_dir,
                                          check_task_of_checkpoint, write_run_record)
 from bertprep.errors import BertprepError
-from bertprep.lock import DirectoryLock
+from bertprep.storage import DirectoryLock
 
 
 
@@ -220,7 +220,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
 def _metrics_writer(cfg, run: Path, step: int) -> MetricsWriter:
     reporters = None
     if cfg.report_to:
-        from bertmodel.reporting import open_reporters
+        from bertmodel.training.reporting import open_reporters
 
         reporters = open_reporters(cfg.report_to, run, asdict(cfg), resume_step=step)
     if reporters is None:

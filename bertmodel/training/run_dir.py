@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from bertmodel import checkpoint as ckpt
+from bertmodel.training import checkpoint as ckpt
 from bertmodel.errors import BertmodelError
 from bertprep.errors import check_parent_is_directory
 
@@ -105,7 +105,7 @@ def check_out_apart(run: Path, reads: list[tuple[str, str | None]]) -> None:
 def sha256_of(path: Path) -> str:
     """sha256 of a file's bytes, or of a directory's files (relative names and bytes, in
     sorted order; a `save_to_disk` dataset)."""
-    from bertprep.atomic import sha256_file
+    from bertprep.storage import sha256_file
 
     if path.is_file():
         return sha256_file(path)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import pathlib
 
-from bertprep import storage
-from bertprep.inspect_shards import measure
+from bertprep.storage import stores as storage
+from bertprep.shards import measure
 
 Z_LIMIT = 6.0  # a correct build crosses it with probability ~2e-9 per figure
 WHOLE_WORD_SHORTFALL = 0.8  # whole words may leave a row short of its count; not by this much

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 
 from bertprep.corpus import ReadStats
 from bertprep.errors import BertprepError
-from bertprep.executor import EXECUTORS, ExecutorReport, default_workers
+from bertprep.executors import EXECUTORS, ExecutorReport, default_workers
 from bertprep.instances import PAIRINGS, PairConfig
-from bertprep.masking import MaskingConfig
+from bertprep.instances import MaskingConfig
 
 MB = 1 << 20
 

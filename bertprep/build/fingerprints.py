@@ -5,7 +5,9 @@ by name's builder and version. Hashing reads every byte, so build-shards runs
 """
 from __future__ import annotations
 
-from bertprep import hf_datasets, readers, storage
+from bertprep.corpus import hf_datasets
+from bertprep.corpus import readers
+from bertprep.storage import stores as storage
 from bertprep.corpus import CorpusSpec, resolve_input_files
 from bertprep.errors import describe_path
 

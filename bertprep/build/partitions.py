@@ -1,6 +1,6 @@
 """Partitions tokenized, and cached by content.
 
-Partitions are planned by content (bertprep/plan.py: a byte budget, in input order),
+Partitions are planned by content (bertprep/build/plan.py: a byte budget, in input order),
 never "one per worker", so the partition list and everything derived from it is the
 same whatever `--workers` is (DESIGN.md, "Determinism and scale"). A partition is
 identified by its index and by a hash of its text; the tokenized form is cached under
@@ -14,9 +14,9 @@ import io
 
 import numpy as np
 
-from bertprep import storage
-from bertprep.atomic import write_bytes_atomic
-from bertprep.encoding import SentenceEncoder
+from bertprep.storage import stores as storage
+from bertprep.storage import write_bytes_atomic
+from bertprep.tokenizer import SentenceEncoder
 from bertprep.instances import TokenizedPartition
 
 CACHE_FORMAT = 1

@@ -1,7 +1,7 @@
 """The partition plan of build-shards: which part of which input each pair task reads.
 
 The driver plans from what is known without reading the corpus: file sizes, a few
-bytes around each cut (`bertprep.boundaries`), Parquet metadata, the row count of a
+bytes around each cut (`bertprep.corpus.boundaries`), Parquet metadata, the row count of a
 saved dataset. The plan is a list of small descriptors, each a partition of about
 `--partition-size` bytes made of pieces (a byte range of a text or JSONL file, row
 groups of a Parquet file, rows of a saved dataset); each pair task reads only its own
@@ -25,11 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bertprep import hf_datasets, readers, storage
-from bertprep.boundaries import find_cut, sniff_layout
+from bertprep.corpus import hf_datasets
+from bertprep.corpus import readers
+from bertprep.storage import stores as storage
+from bertprep.corpus import find_cut, sniff_layout
 from bertprep.corpus import CorpusSpec, KnownWord, ReadStats, iter_piece_documents, plural, resolve_input_files
 from bertprep.errors import BertprepError, describe_path
-from bertprep.partitions import text_bytes
+from bertprep.build.partitions import text_bytes
 
 COUNTED = ("bytes", "documents", "sentences", "invalid_bytes", "long_lines", "long_documents", "hyphens_removed")
 

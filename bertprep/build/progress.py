@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Iterator
 
-from bertprep.executor import ExecutorReport, TaskCost
+from bertprep.executors import ExecutorReport, TaskCost
 from bertprep.progress import BuildProgress
 
 STAGES = {"pair_partition": "tokenize+pair", "scatter_partition": "mask+scatter", "gather_shard": "shuffle+write"}

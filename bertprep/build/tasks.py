@@ -28,20 +28,21 @@ import pyarrow as pa
 # default pool keeps it, which inflates every worker's resident size.
 pa.set_memory_pool(pa.system_memory_pool())
 
-from bertprep import schema, storage
-from bertprep.arrow_writer import ArrowWriter
-from bertprep.atomic import write_bytes_atomic, write_json_atomic
-from bertprep.encoding import SentenceEncoder
-from bertprep.full_sentences import build_full_rows, document_starts
+from bertprep.shards import schema
+from bertprep.storage import stores as storage
+from bertprep.shards import ArrowWriter
+from bertprep.storage import write_bytes_atomic, write_json_atomic
+from bertprep.tokenizer import SentenceEncoder
+from bertprep.instances import build_full_rows, document_starts
 from bertprep.instances import PairConfig, build_instances
-from bertprep.masking import MaskingConfig, Vocabulary, apply_masking
+from bertprep.instances import MaskingConfig, Vocabulary, apply_masking
 from bertprep.corpus import CorpusSpec
-from bertprep.fingerprints import fingerprint_source
-from bertprep.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
-from bertprep.plan import PartitionPlan, cut_while_reading, iter_partition_documents
-from bertprep.prose import vocabulary_lookup
-from bertprep.row_stats import add_stats, empty_stats
-from bertprep.rows import build_rows
+from bertprep.build.fingerprints import fingerprint_source
+from bertprep.build.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
+from bertprep.build.plan import PartitionPlan, cut_while_reading, iter_partition_documents
+from bertprep.corpus import vocabulary_lookup
+from bertprep.instances import add_stats, empty_stats
+from bertprep.instances import build_rows
 from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
 
 RECORD_BATCH_ROWS = 4096  # rows per record batch in the final shards
@@ -67,7 +68,7 @@ class TaskContext:
 
 @dataclass(frozen=True)
 class PairTask:
-    """Stage 1: read, tokenize and pair one partition of the plan (bertprep/plan.py)."""
+    """Stage 1: read, tokenize and pair one partition of the plan (bertprep/build/plan.py)."""
 
     ctx: TaskContext
     partition: PartitionPlan

@@ -9,7 +9,7 @@ import click
 
 from bertprep import __version__
 
-from bertprep.clikit import (  # noqa: F401  (command modules import these from here)
+from bertprep.cli.kit import (  # noqa: F401  (command modules import these from here)
     CONTEXT_SETTINGS, OneLineErrors, describe_os_error, user_errors)
 
 
@@ -30,7 +30,9 @@ def main():
 def _register_commands() -> None:
     # Commands live in modules of their own, which never import this one (the group
     # imports its commands, not the reverse); this is the one place that lists them.
-    from bertprep import cli_corpus, cli_shards, cli_tokenizer
+    from bertprep.cli import corpus as cli_corpus
+    from bertprep.cli import shards as cli_shards
+    from bertprep.cli import tokenizer as cli_tokenizer
 
     for command in (cli_tokenizer.train_tokenizer_command, cli_tokenizer.encode_command,
                     cli_shards.build_shards_command, cli_shards.inspect_command, cli_corpus.stdlib_corpus):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import click
 
-from bertprep.clikit import user_errors
-from bertprep.cli_options import SIZE
+from bertprep.cli.kit import user_errors
+from bertprep.cli.options import SIZE
 from bertprep.corpus import format_size
-from bertprep.stdlib_corpus import write_stdlib_corpus
+from bertprep.corpus import write_stdlib_corpus
 
 
 @click.command("stdlib-corpus")

@@ -66,7 +66,7 @@ SIZE = SizeParamType()
 
 
 def corpus_options(fn):
-    """Add INPUT... and the options that say how to read it (see bertprep.corpus)."""
+    """Add INPUT... and the options that say how to read it (see bertprep.corpus.spec)."""
     options = [
         click.argument("inputs", metavar="INPUT...", nargs=-1, type=click.Path()),
         click.option(

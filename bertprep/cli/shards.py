@@ -6,13 +6,13 @@ import json
 import click
 
 from bertprep.build import BuildConfig, build_shards
-from bertprep.clikit import user_errors
-from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options, size_text
+from bertprep.cli.kit import user_errors
+from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options, size_text
 from bertprep.corpus import plural
-from bertprep.executor import default_workers
-from bertprep.inspect_shards import decode_samples, format_report, measure, sample_rows
-from bertprep.manifest import pairing
-from bertprep.pair_quality import LABEL_NAMES
+from bertprep.executors import default_workers
+from bertprep.shards import decode_samples, format_report, measure, sample_rows
+from bertprep.shards import pairing
+from bertprep.instances import LABEL_NAMES
 
 DEFAULTS = BuildConfig(workers=1)
 
@@ -106,7 +106,7 @@ def inspect_command(out, show, as_json, plot_path, overwrite):
     """
     report = measure(out)
     if plot_path:
-        from bertprep.shard_plot import plot_shards
+        from bertprep.shards import plot_shards
 
         click.echo(f"wrote {plot_shards(out, report, plot_path, overwrite=overwrite)}", err=as_json)
     if as_json:

@@ -8,12 +8,12 @@ import sys
 
 import click
 
-from bertprep.clikit import user_errors
-from bertprep.cli_options import SIZE, corpus_options, corpus_spec_from_options
+from bertprep.cli.kit import user_errors
+from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options
 from bertprep.corpus import ReadStats, format_size, iter_documents, plural
-from bertprep.readers import decode_utf8
+from bertprep.corpus import decode_utf8
 from bertprep.tokenizer import load_tokenizer
-from bertprep.wordpiece_training import TokenizerTrainingConfig, train_tokenizer
+from bertprep.tokenizer import TokenizerTrainingConfig, train_tokenizer
 
 DEFAULTS = TokenizerTrainingConfig()
 ENCODE_BATCH_LINES = 4096

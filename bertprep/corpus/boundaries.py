@@ -2,7 +2,7 @@
 only a little around the cut.
 
 A partition of a text file is a byte range [start, end) whose ends are document
-boundaries of the file's layout (`bertprep.corpus`), so that reading each range on its
+boundaries of the file's layout (`bertprep.corpus.spec`), so that reading each range on its
 own gives exactly the documents of the whole file: none split, none twice, none lost.
 The layout of a file is decided by its first non-blank line, as the corpus reader does:
 
@@ -29,7 +29,8 @@ import codecs
 import re
 from typing import BinaryIO, Iterator
 
-from bertprep import readers, storage
+from bertprep.corpus import readers
+from bertprep.storage import stores as storage
 
 LAYOUTS = ("blank", "doc", "heading", "separator", "record")
 WINDOW = 16 * 1024  # bytes read at a time while looking for a boundary

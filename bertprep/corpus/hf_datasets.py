@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bertprep.errors import BertprepError, describe_path
-from bertprep.readers import FileCounts, field_error, one_line, record_text, hash_files, is_dataset_dir
+from bertprep.corpus.readers import FileCounts, field_error, one_line, record_text, hash_files, is_dataset_dir
 
 
 def _dataset_name(name_or_dir: str | Path) -> str:

@@ -6,13 +6,11 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
-from bertprep import readers, storage
+from bertprep.corpus import readers
+from bertprep.storage import stores as storage
 from bertprep.errors import BertprepError, describe_path
-
-if TYPE_CHECKING:
-    from bertprep.corpus import CorpusSpec
 
 # What a directory walk picks up (also compressed): WikiExtractor names its files
 # wiki_00 (no suffix) and WikiText wiki.train.raw / .tokens.
@@ -21,7 +19,15 @@ DIRECTORY_SUFFIXES = TEXT_SUFFIXES | readers.JSONL_SUFFIXES | readers.PARQUET_SU
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-def resolve_input_files(spec: CorpusSpec) -> list[Path]:
+class CorpusPaths(Protocol):
+    """What of a corpus spec (spec.CorpusSpec) names its files: this module knows no more
+    of it, so the spec can import this module and not the reverse."""
+
+    paths: Sequence[str]
+    dataset: str | None
+
+
+def resolve_input_files(spec: CorpusPaths) -> list[Path]:
     """The input files of spec.paths, expanded and sorted, without duplicates.
 
     A directory is walked recursively (sorted, hidden entries skipped) for files named

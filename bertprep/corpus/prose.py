@@ -1,7 +1,7 @@
 """Hard-wrapped prose (books, articles): wrapped lines joined back into paragraphs.
 
 The layout of `--sentences prose`: a blank line ends a paragraph (not a document); the
-lines of a paragraph are joined with one space; `bertprep.corpus` then splits each
+lines of a paragraph are joined with one space; `bertprep.corpus.spec` then splits each
 paragraph into sentences and makes a document of each file (or section, with
 `--document-separator`). `ProseParagraphs` buffers the lines of one document, so memory
 is bounded by the document limit of the corpus reader.

@@ -1,4 +1,4 @@
-"""Low-level readers behind `bertprep.corpus`: bytes in, text out, bounded memory.
+"""Low-level readers behind `bertprep.corpus.spec`: bytes in, text out, bounded memory.
 
 - `iter_lines(path, counts)`: a text file (plain, .gz, .bz2, .xz, .zst) as decoded lines,
   read in 1 MiB chunks. Invalid UTF-8 is replaced with U+FFFD and counted; a line longer
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from bertprep import storage
+from bertprep.storage import stores as storage
 from bertprep.errors import BertprepError, describe_path
 
 CHUNK_BYTES = 1 << 20
@@ -56,7 +56,7 @@ _UTF8_REPLACEMENT = "\ufffd".encode()
 
 @dataclass
 class FileCounts:
-    """What reading one input found; bertprep.corpus folds it into ReadStats."""
+    """What reading one input found; bertprep.corpus.spec folds it into ReadStats."""
 
     bytes: int = 0  # bytes of text read, after decompression
     invalid_bytes: int = 0  # undecodable byte sequences replaced with U+FFFD
@@ -188,7 +188,7 @@ def check_not_binary(path: Path, head: bytes, text: str) -> None:
 def iter_text(path: Path, counts: FileCounts, start: int = 0, end: int | None = None) -> Iterator[str]:
     """The decoded text of a file in pieces of about CHUNK_BYTES; a file whose first
     64 KiB look binary raises instead. With a byte range (which starts at a line start,
-    see `bertprep.boundaries`), only that part of the file."""
+    see `bertprep.corpus.boundaries`), only that part of the file."""
     pending = b""
     first = start == 0
     for chunk in iter_chunks(path, start, end):

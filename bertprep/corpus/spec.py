@@ -3,7 +3,7 @@
 Shared by train-tokenizer and build-shards. `iter_documents(spec)` yields each document
 as a non-empty list of stripped, non-empty sentence strings, streaming with bounded
 memory; `iter_piece_documents` yields those of one planned part of an input (a byte
-range cut between documents, see bertprep/plan.py), the same as the whole file's reading
+range cut between documents, see bertprep/build/plan.py), the same as the whole file's reading
 gives there. What a document is:
 
 - Plain text in the reference layout (REFERENCE.md, "Corpus format"): a sentence per
@@ -21,9 +21,9 @@ gives there. What a document is:
   or as an input path): one record is one document; its text field (`--text-field`,
   default "text") is split into lines.
 - `sentences="lines"`: each line is one sentence. `sentences="split"`: each line is a
-  paragraph, cut into sentences by `bertprep.sentences.split_sentences`.
+  paragraph, cut into sentences by `bertprep.corpus.sentences.split_sentences`.
 - `sentences="prose"` (hard-wrapped books and articles): a blank line ends a paragraph,
-  not a document; the lines of a paragraph are joined (`bertprep.prose`: words split
+  not a document; the lines of a paragraph are joined (`bertprep.corpus.prose`: words split
   across a line break are re-joined only when clearly one word) and split into
   sentences; a file, or a record, is one document. Inside `<doc>` and in WikiText,
   whose lines are whole paragraphs, it reads as "split".
@@ -46,13 +46,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from bertprep import hf_datasets, readers, storage
-from bertprep.boundaries import is_doc_open, wikitext_level
+from bertprep.corpus import hf_datasets
+from bertprep.corpus import readers
+from bertprep.storage import stores as storage
+from bertprep.corpus.boundaries import is_doc_open, wikitext_level
 from bertprep.errors import BertprepError, describe_path
-from bertprep.input_files import resolve_input_files
-from bertprep.prose import KnownWord, ProseParagraphs
-from bertprep.readers import FileCounts
-from bertprep.sentences import split_sentences
+from bertprep.corpus.input_files import resolve_input_files
+from bertprep.corpus.prose import KnownWord, ProseParagraphs
+from bertprep.corpus.readers import FileCounts
+from bertprep.corpus.sentences import split_sentences
 
 SENTENCE_MODES = ("lines", "split", "prose")
 DEFAULT_SPLIT = "train"
@@ -326,7 +328,7 @@ def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterat
 
 
 def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: KnownWord | None = None) -> Iterator[list[str]]:
-    """The documents of one planned part of an input (a `bertprep.plan.Piece`): a byte
+    """The documents of one planned part of an input (a `bertprep.build.plan.Piece`): a byte
     range of a text or JSONL file, row groups of a Parquet file, rows of a saved dataset,
     or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`)."""
     counts = FileCounts()

@@ -10,7 +10,7 @@ document stays on one topic (what next-sentence prediction learns from).
 Each docstring is cleaned (`inspect.cleandoc` rules, via `ast.get_docstring`) and cut
 into paragraphs at blank lines. Dropped: doctest examples (`>>>` to the end of the
 paragraph), indented lines (code samples, argument tables), reST field lines
-(`:param x:`), underlines, and, after sentence splitting with bertprep.sentences,
+(`:param x:`), underlines, and, after sentence splitting with bertprep.corpus.sentences,
 sentences that are short (< 4 words or < 20 characters), look like code (under 85%
 letters, spaces and ordinary punctuation) or do not end like a sentence. Documents with
 fewer than `MIN_SENTENCES` sentences are dropped.
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bertprep.errors import BertprepError, describe_path
-from bertprep.sentences import split_sentences
+from bertprep.corpus.sentences import split_sentences
 
 SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "site-packages", "dist-packages", "__pycache__"}
 MIN_SENTENCES = 3

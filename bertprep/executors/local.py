@@ -29,14 +29,14 @@ answer it (one line, no worker tracebacks); the parent then stops them.
 """
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import os
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
+
+from bertprep.executors.base import ExecutorReport, TaskCost, next_batch
 
 EXECUTORS = ("local", "ray")
 
@@ -50,38 +50,6 @@ def default_workers() -> int:
 
 def start_method() -> str:
     return "forkserver" if sys.platform.startswith("linux") else "spawn"
-
-
-@dataclass(frozen=True)
-class TaskCost:
-    """What one call needs: a distributed executor schedules by it (and a node's memory
-    is never oversubscribed); the local one runs `workers` calls at a time."""
-
-    cpus: float = 1.0
-    memory_bytes: int = 0
-
-
-@dataclass
-class ExecutorReport:
-    """For the build's summary: where the work ran and what had to be redone."""
-
-    executor: str
-    nodes: int
-    cpus: int
-    retries: int = 0  # calls started again after their worker or node was lost
-    retry_reasons: list[str] = field(default_factory=list)  # one per retry: the task, what was lost
-
-    SHOWN_REASONS = 5  # a summary lists this many retries, then counts the rest
-
-    def summary(self) -> str:
-        """One line, then a line per retry (the first few): what a log reader needs to
-        tell a flaky node from a task that is too big for its memory."""
-        text = f"executor {self.executor}: {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus} CPU{'s' if self.cpus != 1 else ''}"
-        text += f", {self.retries} task{'s' if self.retries != 1 else ''} retried" if self.retries else ", no retries"
-        lines = [text] + [f"  retried {reason}" for reason in self.retry_reasons[:self.SHOWN_REASONS]]
-        if len(self.retry_reasons) > self.SHOWN_REASONS:
-            lines.append(f"  and {len(self.retry_reasons) - self.SHOWN_REASONS} more retries")
-        return "\n".join(lines)
 
 
 def _ignore_sigint() -> None:
@@ -155,25 +123,4 @@ class LocalExecutor:
                 yield future.result()
 
 
-def next_batch(queue: Iterator, room: int) -> list:
-    """Up to `room` more descriptors from `queue` (fewer, or none, once it runs out):
-    what an executor submits next so that at most a bounded number are in flight."""
-    return list(itertools.islice(queue, max(0, room)))
-
-
-def make_executor(name: str, workers: int, address: str | None = None):
-    """The executor a build runs on: "local" (a process pool of `workers`) or "ray"
-    (joins the cluster at `address`, "auto" for the one this node belongs to, or starts
-    a local Ray of `workers` CPUs when there is no address)."""
-    if name == "local":
-        return LocalExecutor(workers)
-    if name == "ray":
-        from bertprep.ray_executor import RayExecutor
-
-        return RayExecutor(address=address, workers=workers)
-    from bertprep.errors import BertprepError
-
-    raise BertprepError(f"--executor: unknown executor {name!r} (local or ray)")
-
-
-__all__ = ["EXECUTORS", "ExecutorReport", "LocalExecutor", "TaskCost", "default_workers", "make_executor", "start_method"]
+__all__ = ["EXECUTORS", "LocalExecutor", "default_workers", "start_method"]

@@ -23,7 +23,7 @@ import uuid
 from typing import Any, Callable, Iterable, Iterator
 
 from bertprep.errors import BertprepError
-from bertprep.executor import ExecutorReport, TaskCost, next_batch
+from bertprep.executors.base import ExecutorReport, TaskCost, next_batch
 
 DEFAULT_MAX_RETRIES = 3  # Ray's own default for tasks whose worker dies
 VERDICT_WAIT_S = 3.0  # how long a report waits for the cluster to say a lost start's node died

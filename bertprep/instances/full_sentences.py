@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertprep.instances import TokenizedPartition
-from bertprep.rows import Rows, ragged_arange
+from bertprep.instances.partition import TokenizedPartition
+from bertprep.instances.rows import Rows, ragged_arange
 
 
 def document_starts(part: TokenizedPartition) -> np.ndarray:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertprep.rows import Rows
+from bertprep.instances.rows import Rows
 
 ROWS_PER_CHUNK = 4096  # bounds the (rows x length) key matrix; fixed, so output is too
 MASK_SHARE, KEEP_SHARE = 0.8, 0.1

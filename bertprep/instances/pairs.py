@@ -22,49 +22,13 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from dataclasses import dataclass
 
 import numpy as np
 
 from bertprep.errors import BertprepError
-
-# Columns of the descriptor array returned by `build_pairs`.
-A_START, A_LEN, B_START, B_LEN, IS_RANDOM = range(5)
-
-
-PAIRINGS = ("nsp", "sop", "none")  # next-sentence pairs, sentence-order pairs, FULL-SENTENCES rows
-
-
-@dataclass(frozen=True)
-class PairConfig:
-    max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] never exceeds this
-    short_seq_prob: float = 0.1  # chance a document's target length is drawn uniformly from [2, max]
-    kind: str = "nsp"  # one of PAIRINGS
-
-    @property
-    def max_num_tokens(self) -> int:
-        return self.max_seq_length - 3  # room for [CLS] and two [SEP]
-
-
-@dataclass
-class TokenizedPartition:
-    """One partition of the corpus, tokenized: the unit of caching and of work."""
-
-    ids: np.ndarray  # (T,) token ids of every sentence, concatenated
-    sentence_offsets: np.ndarray  # (S + 1,) int64: sentence k is ids[so[k]:so[k + 1]]
-    document_offsets: np.ndarray  # (D + 1,) int64: document d is sentences [do[d], do[d + 1])
-
-    @property
-    def num_documents(self) -> int:
-        return len(self.document_offsets) - 1
-
-    @property
-    def num_sentences(self) -> int:
-        return len(self.sentence_offsets) - 1
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.sentence_offsets[-1])
+from bertprep.instances.full_sentences import pack_full_sentences
+from bertprep.instances.partition import (A_LEN, A_START, B_LEN, B_START, IS_RANDOM, PAIRINGS,  # noqa: F401
+                                          PairConfig, TokenizedPartition)
 
 
 def truncated_lengths(a_len: int, b_len: int, max_num_tokens: int) -> tuple[int, int]:
@@ -217,8 +181,6 @@ def build_instances(part: TokenizedPartition, config: PairConfig, rng: random.Ra
     if config.kind == "sop":
         return build_sop_pairs(part, config, rng, counts)
     if config.kind == "none":
-        from bertprep.full_sentences import pack_full_sentences
-
         return pack_full_sentences(part, config.max_seq_length)
     if part.num_documents < 2:  # NSP's random B needs another document
         return np.zeros((0, 5), np.int64)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertprep.instances import A_LEN, A_START, B_LEN, B_START, IS_RANDOM
+from bertprep.instances.partition import A_LEN, A_START, B_LEN, B_START, IS_RANDOM
 
 
 def ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -11,12 +11,13 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from bertprep import schema, storage
+from bertprep.shards import schema
+from bertprep.storage import stores as storage
 from bertprep.errors import BertprepError
-from bertprep.manifest import confidence_interval, pairing
-from bertprep.masking import MaskingConfig, counts_to_predict
-from bertprep.pair_quality import LABEL_NAMES, degenerate_pairs_warning, figures, likely_cause, rows_label
-from bertprep.rows import Rows
+from bertprep.shards.manifest import confidence_interval, pairing
+from bertprep.instances import MaskingConfig, counts_to_predict
+from bertprep.instances import LABEL_NAMES, degenerate_pairs_warning, figures, likely_cause, rows_label
+from bertprep.instances import Rows
 
 
 def read_manifest(out) -> dict:

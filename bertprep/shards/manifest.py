@@ -6,8 +6,9 @@ import hashlib
 import json
 import math
 
-from bertprep import schema, storage
-from bertprep.atomic import write_json_atomic
+from bertprep.shards import schema
+from bertprep.storage import stores as storage
+from bertprep.storage import write_json_atomic
 
 
 def observed_statistics(stats: dict, options: dict) -> dict:

@@ -15,9 +15,9 @@ import pathlib
 
 import numpy as np
 
-from bertprep import schema
+from bertprep.shards import schema
 from bertprep.errors import BertprepError
-from bertprep.inspect_shards import open_shard, read_manifest
+from bertprep.shards.inspect import open_shard, read_manifest
 
 FIGSIZE = (15, 4.5)  # inches; at DPI, a 1500 x 450 PNG
 DPI = 100

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from bertprep import storage
-from bertprep.atomic import atomic_output, sha256_file
+from bertprep.storage import stores as storage
+from bertprep.storage import atomic_output, sha256_file
 
 
 class ArrowWriter:

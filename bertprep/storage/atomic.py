@@ -1,6 +1,6 @@
 """Write-then-rename helpers, so a crash never leaves a file that looks complete.
 
-They take local paths and object-store URLs alike (bertprep.storage); on a store the
+They take local paths and object-store URLs alike (bertprep.storage.stores); on a store the
 "rename" is a copy and a delete, which still never shows a partial object."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import os
 import random
 
-from bertprep import storage
+from bertprep.storage import stores as storage
 
 
 def _temporary_name(path):

@@ -1,4 +1,4 @@
-"""Object-store failures as one-line errors naming the URL (bertprep.storage).
+"""Object-store failures as one-line errors naming the URL (bertprep.storage.stores).
 
 pyarrow reports them as OSError (ArrowException for GCS) with the service's error code
 in a long message; what the user must fix (a missing bucket, refused credentials) is a

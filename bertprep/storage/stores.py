@@ -18,7 +18,7 @@ AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE, an
 instance role, AWS_DEFAULT_REGION, and AWS_ENDPOINT_URL for an S3-compatible server; for
 GCS: GOOGLE_APPLICATION_CREDENTIALS or the instance's service account, and
 STORAGE_EMULATOR_HOST for an emulator, as Google's own clients read it).
-Failures become one-line errors naming the URL (bertprep.storage_errors).
+Failures become one-line errors naming the URL (bertprep.storage.errors).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass
 
 from bertprep.errors import BertprepError
-from bertprep.storage_errors import StoreError, errors as _errors, one_line, store_error  # noqa: F401 (re-exported)
+from bertprep.storage.errors import StoreError, errors as _errors, one_line, store_error  # noqa: F401 (re-exported)
 
 BUCKET_SCHEMES = ("s3", "gs", "gcs")  # the URL's authority is a bucket, the rest a key
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
@@ -387,6 +387,6 @@ def list_files(given: str, wanted) -> list[StorePath]:
 
 def lock_for(directory, what: str = "build-shards run"):
     """The directory's lock; none on a store, which has no advisory locks."""
-    from bertprep.lock import DirectoryLock
+    from bertprep.storage.lock import DirectoryLock
 
     return contextlib.nullcontext() if is_remote(directory) else DirectoryLock(directory, what)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertprep.tokenizer import LoadedTokenizer
+from bertprep.tokenizer.files import LoadedTokenizer
 
 SAMPLE_SENTENCES = 512  # sentences re-encoded with tokenizers per partition
 SAMPLE_CHARS = 2_000_000  # ... but at most about this much text (one sentence at least)

@@ -45,8 +45,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from bertprep import storage
-from bertprep.atomic import write_bytes_atomic
+from bertprep.storage import stores as storage
+from bertprep.storage import write_bytes_atomic
 from bertprep.errors import BertprepError, describe_path
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

@@ -60,11 +60,11 @@ from typing import Iterable
 import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from bertprep.bottom_sample import BottomSample
+from bertprep.corpus import BottomSample
 from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
-from bertprep.tokenizer import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
-from bertprep.wordpiece_guards import LongWords, train_interruptibly
+from bertprep.tokenizer.files import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
+from bertprep.tokenizer.guards import LongWords, train_interruptibly
 
 REPORT_FILE = "training.json"
 _HASH_SPACE = 1 << 64

@@ -1,0 +1,4 @@
+"""One module per objective; a task is the only thing that knows its objective (base.py
+says what the trainer asks of it): pre-training (pretraining.py), sequence
+classification and regression (classification.py), extractive QA (qa.py), and what the
+fine-tuning tasks share (finetuning.py)."""

@@ -1,0 +1,12 @@
+"""The WordPiece tokenizer: training it deterministically (training.py) with its
+guards (guards.py), its files and loading (files.py), and bulk encoding (encoding.py).
+"""
+from bertprep.tokenizer.encoding import SentenceEncoder, nanotoken_available
+from bertprep.tokenizer.files import (LoadedTokenizer, SPECIAL_TOKENS, SpecialIds, TOKENIZER_FILES, build_tokenizer,
+                                      infer_lowercase, load_tokenizer)
+from bertprep.tokenizer.guards import LongWords, UNCASED_GROWTH, WORD_BOUNDARIES
+from bertprep.tokenizer.training import TokenizerTrainingConfig, train_tokenizer
+
+__all__ = ["LoadedTokenizer", "LongWords", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds", "TOKENIZER_FILES",
+           "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer", "infer_lowercase",
+           "load_tokenizer", "nanotoken_available", "train_tokenizer"]
