@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertmodel.training.checkpoint import (is_disk_full, latest_checkpoint, list_checkpoints, load_checkpoint, read_best,
-                                  unwrap_state_dict)
+from bertmodel.training.checkpoint import (is_disk_full, latest_checkpoint, list_checkpoints, load_checkpoint,
+                                           read_best, unwrap_state_dict)
 from bertmodel.model.config import BertConfig
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info

@@ -32,7 +32,7 @@ from bertmodel.model.unpad import set_unpad
 from bertmodel.training.optim import build_optimizer
 from bertmodel.training.loop import Trainer
 from bertmodel.training.run_dir import (LOCK_FILE, RUN_FILE, check_out_apart, check_resume_inputs, check_run_dir,
-                                         check_task_of_checkpoint, write_run_record)
+                                        check_task_of_checkpoint, write_run_record)
 from bertprep.errors import BertprepError
 from bertprep.storage import DirectoryLock
 

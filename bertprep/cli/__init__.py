@@ -8,9 +8,7 @@ from __future__ import annotations
 import click
 
 from bertprep import __version__
-
-from bertprep.cli.kit import (  # noqa: F401  (command modules import these from here)
-    CONTEXT_SETTINGS, OneLineErrors, describe_os_error, user_errors)
+from bertprep.cli.kit import CONTEXT_SETTINGS, OneLineErrors
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
