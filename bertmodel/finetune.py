@@ -28,6 +28,9 @@ class FinetuneConfig(LoopConfig):
     """"classify" (sequence classification or regression) or "qa" (extractive QA)."""
     model: str
     """The BERT to start from: one of our runs/checkpoints or a transformers directory of any BERT head."""
+    init: str = "pretrained"
+    """"pretrained": the model's weights; "random": only its shape (or --model random:PRESET's),
+    every weight drawn afresh from the seed, the control that shows what pre-training bought."""
     train: str | None = None
     """Training data: TSV/CSV/JSONL/Parquet/save_to_disk dir (classify), SQuAD JSON or JSONL (qa)."""
     validation: str | None = None
@@ -79,6 +82,10 @@ class FinetuneConfig(LoopConfig):
         super().__post_init__()
         if self.task not in ("classify", "qa"):
             raise BertmodelError(f"unknown fine-tuning task {self.task!r}; choose classify or qa")
+        if self.model.startswith("random:"):
+            self.init = "random"
+        if self.init not in ("pretrained", "random"):
+            raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
         if self.max_seq_length is None:
             self.max_seq_length = 384 if self.task == "qa" else 128
         if self.epochs <= 0:
@@ -98,11 +105,12 @@ class FinetuneConfig(LoopConfig):
 
     def read_paths(self) -> list[tuple[str, str | None]]:
         """What the run reads, which --out may not be or contain."""
-        return [("--model", self.model), ("--train", self.train), ("--validation", self.validation),
+        model = None if self.model.startswith("random:") else self.model
+        return [("--model", model), ("--train", self.train), ("--validation", self.validation),
                 ("--tokenizer", self.tokenizer)]
 
     def meaningful_options(self) -> tuple[str, ...]:
-        return MEANINGFUL + ("model", "max_seq_length", "epochs", "doc_stride", "max_query_length",
+        return MEANINGFUL + ("model", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
                              "metric_for_best", "positive_label")
 
     def data_options(self) -> dict:

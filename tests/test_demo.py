@@ -26,7 +26,11 @@ def test_demo_runs_the_whole_pipeline_and_leaves_every_artifact(tmp_path):
     steps = [json.loads(line)["step"] for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 20
     assert "always guessing the most frequent token would score" in result.output
-    assert "always guessing the largest class would score 0.250" in result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("validation accuracy: fine-tuned from "))
+    assert line.endswith("; largest class 0.250") and "; from random init 0." in line
+    for run_dir in ("finetune-run", "finetune-random"):  # the control is a fine-tuning run of its own
+        assert json.loads((out / run_dir / "run.json").read_text())["task"] == "classification"
+        assert (out / run_dir / "hf" / "model.safetensors").is_file()
     assert json.loads((out / "finetune-run" / "hf" / "config.json").read_text())["architectures"] == [
         "BertForSequenceClassification"]
     if importlib.util.find_spec("matplotlib"):  # the plot extra: both plots, and where they are

@@ -78,6 +78,19 @@ def data_options(task: str | None, defaults: bool = True):
     return lambda fn: _apply(fn, decorators)
 
 
+class ModelSource(click.ParamType):
+    """An existing path, or random:PRESET (checked against the presets by the library)."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.startswith("random:"):
+            return value
+        return EXISTING.convert(value, param, ctx)
+
+
+MODEL_SOURCE = ModelSource()
+
 # --unpad, the same on finetune, evaluate and predict.
 unpad_option = _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UNPAD_HELP)
 
@@ -85,8 +98,11 @@ unpad_option = _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UN
 def training_options(task: str):
     """How to train; `task` adds its own (--num-labels: classify)."""
     return lambda fn: _apply(fn, [
-        click.option("--model", required=True, type=EXISTING, help="The BERT to start from: our run/checkpoint or "
-                     "a transformers dir (BertModel, BertForPreTraining, ...)."),
+        click.option("--model", required=True, type=MODEL_SOURCE, help="The BERT to start from: our run/checkpoint, "
+                     "a transformers dir (BertModel, BertForPreTraining, ...), or random:PRESET (a preset's shape, "
+                     "random weights; with --tokenizer)."),
+        _opt("--init", type=click.Choice(["pretrained", "random"]), help="random: only --model's shape, every weight "
+             "drawn afresh from --seed (the control for what pre-training bought)."),
         click.option("--train", type=EXISTING, help="Training file (or save_to_disk dir)."),
         click.option("--validation", type=EXISTING, help="Validation file, evaluated every epoch."),
         click.option("--out", required=True, type=click.Path(file_okay=False),

@@ -5,7 +5,8 @@ first, so the demo doubles as a transcript to copy from:
 
     stdlib-corpus -> train-tokenizer -> build-shards (train + held-out) -> inspect (+ plot)
     -> pretrain (tiny BERT, CPU) -> plot -> export-hf -> fill-mask
-    -> finetune classify (which package a docstring sentence documents) -> evaluate -> predict
+    -> finetune classify (which package a docstring sentence documents), from the pre-trained
+       run and, as the control, from random weights of the same shape -> evaluate both -> predict
 
 The corpus is the documentation strings of this Python's standard library: real
 English, on every machine with Python, nothing to download. A step whose output is
@@ -157,7 +158,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
     step.banner("7/8 Ask it to fill in the blanks")
     step.run("bertmodel", "fill-mask", str(model), *FILL_MASK_EXAMPLES, "--top-k", "5")
 
-    step.banner("8/8 Fine-tune it: which package does a docstring sentence document?")
+    step.banner("8/8 Fine-tune it, and the same from random weights: which package does a docstring sentence document?")
     from bertmodel.demo.task import majority_baseline, write_topic_task
 
     task_dir = out / "topic-task"
@@ -168,20 +169,27 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
         task_train, task_dev, labels = write_topic_task(task_dir)
         (task_dir / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
     click.echo(f"labels: {', '.join(labels)}; {task_train} and {task_dev}")
-    finetuned = out / "finetune-run"
-    step.run("bertmodel", "finetune", "classify", "--model", str(run), "--train", str(task_train),
-             "--validation", str(task_dev), "--out", str(finetuned), "--epochs", f"{finetune_epochs:g}", "--batch-size", "32",
-             "--lr", "2e-4", "--device", "cpu", "--no-progress")
-    # --overwrite: a rerun of the demo replaces its own earlier predictions
-    metrics = json.loads(step.run("bertmodel", "evaluate", str(finetuned), "--overwrite").splitlines()[0])
-    click.echo(f"validation accuracy {metrics['accuracy']:.3f} (macro-F1 {metrics['macro_f1']:.3f}); always guessing "
-               f"the largest class would score {majority_baseline(task_dev):.3f}")
+    finetuned, control = out / "finetune-run", out / "finetune-random"
+    # The same fine-tune twice: from the pre-trained run, and from random weights of the
+    # same shape and vocabulary (--init random: same hyperparameters, same seed). Only
+    # the second says what pre-training bought; the largest class says what guessing does.
+    accuracy = {}
+    for run_dir, init in ((finetuned, []), (control, ["--init", "random"])):
+        step.run("bertmodel", "finetune", "classify", "--model", str(run), *init, "--train", str(task_train),
+                 "--validation", str(task_dev), "--out", str(run_dir), "--epochs", f"{finetune_epochs:g}",
+                 "--batch-size", "32", "--lr", "2e-4", "--device", "cpu", "--no-progress")
+        # --overwrite: a rerun of the demo replaces its own earlier predictions
+        accuracy[init != []] = json.loads(step.run("bertmodel", "evaluate", str(run_dir),
+                                                   "--overwrite").splitlines()[0])["accuracy"]
+    click.echo(f"validation accuracy: fine-tuned from pre-training {accuracy[False]:.3f}; from random init "
+               f"{accuracy[True]:.3f}; largest class {majority_baseline(task_dev):.3f}")
     step.run("bertmodel", "predict", str(finetuned), "Return a new event loop for the current thread.",
              "Set the subject header of the message.")
 
     step.banner("Done")
-    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, metrics.jsonl), model/, "
-               "topic-task/, finetune-run/ (hf/ is a transformers BertForSequenceClassification)"
+    click.echo(f"Everything is in {out}/: corpus/, tokenizer/, shards/, eval-shards/, run/ (checkpoints, "
+               "metrics.jsonl), model/, topic-task/, finetune-run/ (hf/ is a transformers "
+               "BertForSequenceClassification), finetune-random/ (the same fine-tune from random weights)"
                + (", plots/" if can_plot else ""))
     if can_plot:
         click.echo(f"Plots: {plots / 'shards.png'} (lengths, masked positions, the 80/10/10 split) and "

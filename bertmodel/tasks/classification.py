@@ -137,7 +137,8 @@ class ClassificationTask:
 
     # -- the model -------------------------------------------------------------------
     def fresh_model(self, log) -> BertForSequenceClassification:
-        return start_from(BertForSequenceClassification, self.pre, log, num_labels=self.labels.num_labels)
+        return start_from(BertForSequenceClassification, self.pre, log, init=self.cfg.init,
+                          num_labels=self.labels.num_labels)
 
     def model_for_checkpoint(self, resume: dict) -> BertForSequenceClassification:
         model = BertForSequenceClassification(BertConfig.from_dict(resume["config"]), self.labels.num_labels)

@@ -9,15 +9,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.model.config import BertConfig
+from bertmodel.model.config import PRESETS, BertConfig
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import Pretrained, load_into, load_pretrained
 from bertmodel.training.run_dir import source_identity
 
 
+RANDOM_PREFIX = "random:"  # --model random:PRESET: a preset's shape, no weights
+
+
 def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, TokenizerInfo]:
-    """The pretrained model a fine-tuning run starts from, and the tokenizer to use."""
+    """The pretrained model a fine-tuning run starts from, and the tokenizer to use.
+    `random:PRESET` is a preset's shape with no weights (the tokenizer must be given)."""
+    if model.startswith(RANDOM_PREFIX):
+        return _random_preset(model.removeprefix(RANDOM_PREFIX), tokenizer)
     pre = load_pretrained(model)
     tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
     if tok is None:
@@ -27,6 +33,17 @@ def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, Tokenizer
         raise BertmodelError(f"{model}: the model has {pre.config.vocab_size:,} word embeddings but the tokenizer "
                              f"{tok.vocab_size:,} entries; pass the model's own tokenizer")
     return pre, tok
+
+
+def _random_preset(preset: str, tokenizer: str | None) -> tuple[Pretrained, TokenizerInfo]:
+    if preset not in PRESETS:
+        raise BertmodelError(f"--model {RANDOM_PREFIX}{preset}: no such preset; choose one of "
+                             + ", ".join(f"{RANDOM_PREFIX}{p}" for p in PRESETS))
+    if not tokenizer:
+        raise BertmodelError(f"--model {RANDOM_PREFIX}{preset} has no tokenizer of its own; pass --tokenizer")
+    tok = tokenizer_info(Path(tokenizer))
+    config = BertConfig.preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.special_ids.get("pad", 0))
+    return Pretrained(config, {}, tok, Path(f"{RANDOM_PREFIX}{preset}"), architecture="none"), tok
 
 
 def split_identity(cfg, which: str) -> dict | None:
@@ -58,10 +75,16 @@ def check_length(max_seq_length: int, config: BertConfig, source) -> None:
                              f"{config.max_position_embeddings} positions")
 
 
-def start_from(model_cls, pre: Pretrained, log, **head) -> torch.nn.Module:
+def start_from(model_cls, pre: Pretrained, log, init: str = "pretrained", **head) -> torch.nn.Module:
     """A head model with the pretrained encoder (and head, where the source has the
-    same one); what was initialised anew or left out is logged."""
+    same one); what was initialised anew or left out is logged. init "random": the
+    source's shape only, every weight drawn afresh (normal(0.02), from the run's seed):
+    the control that shows what pre-training bought."""
     model = model_cls(pre.config, **head)
+    if init == "random" or not pre.state_dict:
+        log(f"initialised at random in the shape of {pre.source} ({pre.config.num_hidden_layers} layers, hidden "
+            f"{pre.config.hidden_size}): no pre-trained weights")
+        return model
     for note in load_into(model, pre):
         log(note)
     log(f"initialised from {pre.source} ({pre.architecture})")

@@ -136,7 +136,7 @@ class QATask:
         return self.validation is not None
 
     def fresh_model(self, log) -> BertForQuestionAnswering:
-        return start_from(BertForQuestionAnswering, self.pre, log)
+        return start_from(BertForQuestionAnswering, self.pre, log, init=self.cfg.init)
 
     def model_for_checkpoint(self, resume: dict) -> BertForQuestionAnswering:
         model = BertForQuestionAnswering(BertConfig.from_dict(resume["config"]))
