@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,7 @@ TASKS = {  # name -> (train, dev, classify options)
 
 
 def cli(*args, log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         subprocess.run([sys.executable, "-m", "bertmodel.cli", *map(str, args)], check=True, stdout=f,
                        stderr=subprocess.STDOUT)
@@ -70,7 +72,7 @@ def pretrain(args, work: Path) -> tuple[Path, Path, float]:
     shards = build(text, work / f"shards-{args.vocab_size}", "nsp", 5, tokenizer)
     run = work / "pretrain"
     steps = sorted(args.steps)
-    every = steps[0] if all(s % steps[0] == 0 for s in steps) else 1
+    every = math.gcd(*steps)  # a checkpoint at every point, none pruned (--keep-last)
     done = run / "checkpoints" / f"step-{steps[-1]}"
     started = time.perf_counter()
     if not done.is_dir():
@@ -89,10 +91,10 @@ def finetune(args, work: Path, task: str, point: int, seed: int, run: Path, toke
     source = ["--model", run / "checkpoints" / f"step-{point or min(args.steps)}"]
     if point == 0:
         source += ["--init", "random"]
-    if not (out / "best.json").is_file() or not list((out / "checkpoints").glob("step-*")):
-        cli("finetune", "classify", *source, "--train", train, "--validation", dev, *options, "--out", out,
-            "--epochs", args.epochs, "--batch-size", 32, "--lr", args.lr, "--seed", seed, "--device", "cpu",
-            "--no-progress", "--max-seq-length", 128, log=out.with_suffix(".log"))
+    # Always run the command: a finished run says "nothing to do", a killed one resumes.
+    cli("finetune", "classify", *source, "--train", train, "--validation", dev, *options, "--out", out,
+        "--epochs", args.epochs, "--batch-size", 32, "--lr", args.lr, "--seed", seed, "--device", "cpu",
+        "--no-progress", "--max-seq-length", 128, log=out.with_suffix(".log"))
     return json.loads((out / "best.json").read_text())["value"]
 
 

@@ -4,8 +4,8 @@ process once, part-way through, guarded by a flag file so the retry runs normall
 `KillOnce(task_fn, flag, at, index)` wraps a build task. In the worker, the first call
 whose descriptor has the given partition or shard index creates the flag and arms a
 kill at `at` ("module:function"), a function the task calls in its middle
-(`build_tasks:write_json_atomic`: its outputs are written, its completion marker not
-yet; `arrow_writer:sha256_file`: the shard is written under its temporary name, not yet
+(`build.tasks:write_json_atomic`: its outputs are written, its completion marker not
+yet; `shards.writer:sha256_file`: the shard is written under its temporary name, not yet
 renamed); the kill takes the whole worker process down,
 as a lost machine or the kernel's OOM killer would. With `node=True` it kills the
 worker's raylet first (the worker's parent), so the whole node is lost, as when a

@@ -63,7 +63,7 @@ def invoke(main, *args) -> Result:
 
 
 def finished_markers(out: pathlib.Path) -> set[str]:
-    """The completion markers of finished tasks in OUT.partial/work (build_tasks.py)."""
+    """The completion markers of finished tasks in OUT.partial/work (build/tasks.py)."""
     return {p.name for p in (out.with_name(out.name + ".partial") / "work").glob("*.json")}
 
 

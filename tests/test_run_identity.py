@@ -341,3 +341,41 @@ def test_questions_cut_to_max_query_length_are_reported(tiny_bert, tmp_path):
                       "--max-query-length", "8", "--max-steps", "1")
     assert result.exit_code == 0, result.output
     assert "warning: train: 1 questions longer than --max-query-length 8 tokens were cut to it" in result.output
+
+
+def test_another_split_of_the_same_saved_dataset_is_other_data(tiny_bert, tmp_path):
+    import datasets
+
+    rng = random.Random(4)
+    rows = labelled_rows(rng, 24)
+    split = {"sentence": [r[1] for r in rows], "label": [r[2] for r in rows]}
+    other = {"sentence": split["sentence"][::-1], "label": split["label"][::-1]}
+    saved = tmp_path / "ds"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(split),
+                          "validation": datasets.Dataset.from_dict(split),
+                          "other": datasets.Dataset.from_dict(other)}).save_to_disk(str(saved))
+    out = tmp_path / "run"
+    base = ["--train", saved, "--validation", saved, "--max-steps", "4", "--save-every", "2"]
+    assert finetune("classify", tiny_bert, out, *base, "--stop-at", "2").exit_code == 0
+    line = one_line_error(finetune("classify", tiny_bert, out, *base, "--validation-split", "other"))
+    assert f"(validation: {saved} split validation (sha256" in line and f"-> {saved} split other (sha256" in line
+
+
+def test_out_inside_a_directory_the_run_reads_is_refused(tiny_bert, topic_files, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(topic_files[0], data / "train.tsv")
+    line = one_line_error(finetune("classify", tiny_bert, data / "run", "--train", data, "--max-steps", "1"))
+    assert line == f"Error: {data / 'run'}: --out is inside the --train this run reads ({data}); choose an --out " \
+        "outside it"
+    assert sorted(p.name for p in data.iterdir()) == ["train.tsv"]
+
+
+def test_v2_metrics_of_a_kind_of_question_the_validation_data_lacks_are_refused(tiny_bert, tmp_path):
+    data = squad(tmp_path / "train.json", random.Random(2))  # every question answerable
+    args = ["--train", data, "--validation", data, "--version-2", "--max-seq-length", "48", "--max-steps", "1"]
+    line = one_line_error(finetune("qa", tiny_bert, tmp_path / "a", *args, "--metric-for-best", "NoAns_f1"))
+    assert line.endswith("choose one of exact_match, f1, HasAns_exact, HasAns_f1")
+    result = finetune("qa", tiny_bert, tmp_path / "b", *args, "--metric-for-best", "HasAns_f1")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "b" / "best.json").read_text())["metric"] == "HasAns_f1"

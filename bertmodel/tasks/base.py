@@ -1,7 +1,8 @@
 """The task interface: the one thing that knows its objective.
 
 The generic loop (training/loop.py) asks a task for:
-  fresh_model(log) / model_for(config)   the encoder + head (BertWithHead), new or to resume
+  fresh_model(log) / model_for_checkpoint(resume)
+                                         the encoder + head (BertWithHead), new or to resume
   train_set                              an object with `len()` and `collate(rows, max_len)`
                                          -> dict of numpy arrays (the model's keyword
                                          arguments, padded per batch)
@@ -12,6 +13,10 @@ The generic loop (training/loop.py) asks a task for:
                                          on_batch(done, total) with 0 first and after each batch
                                          (progress; it may raise to abandon the evaluation)
   best_metric                            (name, greater_is_better) to keep the best model, or None
+                                         (a name among metric_names(), checked before training)
+  has_eval                               whether there is data to evaluate on
+  inputs()                               what the run trains and evaluates on, recorded in every
+                                         checkpoint and compared on resume (training/run_dir.py)
   state()                                what goes into a checkpoint's "task" entry (the
                                          transformers class, config.json head fields, task options)
 and exports through hf.export_hf with the task's architecture and head config.
@@ -40,9 +45,13 @@ class Task(Protocol):
     train_set: TrainSet
     best_metric: tuple[str, bool] | None
 
+    has_eval: bool
+
     def fresh_model(self, log) -> torch.nn.Module: ...
 
-    def model_for(self, config: BertConfig) -> torch.nn.Module: ...
+    def model_for_checkpoint(self, resume: dict) -> torch.nn.Module: ...
+
+    def inputs(self) -> dict: ...
 
     def new_stats(self, device: torch.device): ...
 

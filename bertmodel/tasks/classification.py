@@ -115,7 +115,7 @@ class ClassificationTask:
         if labels.regression or labels.num_labels != 2:
             if chosen is not None:
                 raise BertmodelError(f"--positive-label {chosen}: binary F1 needs two classes; this run has "
-                                     + ("regression targets" if labels.regression else f"{labels.num_labels}"))
+                                     + ("regression targets" if labels.regression else f"{labels.num_labels} classes"))
             return None
         if chosen is None:
             return 1

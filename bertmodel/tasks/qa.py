@@ -122,9 +122,14 @@ class QATask:
             + (f"; validation: {len(self.validation):,} questions" if self.validation is not None else ""))
 
     def metric_names(self) -> list[str]:
-        """The eval_* metrics each evaluation reports (the official script's, 0-100)."""
-        return ["exact_match", "f1"] + (["HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"]
-                                        if self.cfg.version_2 else [])
+        """The eval_* metrics each evaluation reports (the official script's, 0-100): v2.0's
+        HasAns_* / NoAns_* only where the validation data has such questions."""
+        names = ["exact_match", "f1"]
+        if self.cfg.version_2 and self.validation is not None:
+            for group, wanted in (("HasAns", True), ("NoAns", False)):  # split as squad_metric splits them
+                if any(bool(e.answers) is wanted for e in self.validation):
+                    names += [f"{group}_exact", f"{group}_f1"]
+        return names
 
     def _features(self, examples, training: bool) -> QAFeatures:
         cfg = self.cfg

@@ -143,12 +143,17 @@ def save_checkpoint(run_dir, state: dict, tokenizer_files: dict[str, Path] | Non
             raise BertmodelError(f"{root}: disk full while saving step-{step}; {kept}; free space and rerun "
                                  "the same command to resume") from None
         raise
-    if final.exists():  # the same step saved again (e.g. SIGTERM right after a scheduled save)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    if final.exists():  # the same step saved again (e.g. SIGTERM right after a scheduled save):
+        # set the old copy aside first, so a kill at any moment leaves one complete step-N.
+        old = root / f".old-step-{step}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
     if keep_last:
         prune(run_dir, keep_last, best_step=(state.get("best") or {}).get("step"))
-    for stale in root.glob(".tmp-step-*"):  # leftovers of killed runs of this RUN dir
+    for stale in [*root.glob(".tmp-step-*"), *root.glob(".old-step-*")]:  # leftovers of killed runs of this RUN dir
         if stale != tmp and not _pid_alive(stale.name.rsplit("-", 1)[-1]):
             shutil.rmtree(stale, ignore_errors=True)
     return final

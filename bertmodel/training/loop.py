@@ -129,7 +129,8 @@ class Trainer:
         self.bar = None  # the training progress bar, while the loop runs
         self.paused_at: float | None = None  # when the clocks stopped for an evaluation or a checkpoint
         resumed, self.resumed = self.resumed or {}, None  # no reference kept to the checkpoint's tensors
-        self.eval_pending = bool(resumed.get("eval_pending"))  # this step's evaluation is still to do
+        # This step's evaluation is still to do (unless the resumed run has no evaluation data now).
+        self.eval_pending = bool(resumed.get("eval_pending")) and self.task.has_eval
         self.carried = self._carried_interval(resumed.get("interval"))
 
     def run_until_done(self, stop) -> dict:

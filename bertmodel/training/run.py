@@ -164,19 +164,20 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     if resume is not None:
         # What the run is, and what it was trained on, before any of it is loaded.
         check_task_of_checkpoint(run, resume, task.name)
-        check_resume_inputs(resume.get("inputs"), inputs, cfg, log)  # a head's label set, before it is loaded
+        check_resume_inputs(resume.get("inputs"), inputs, cfg, log,  # a head's label set, before it is loaded
+                            legacy_labels=(resume.get("task") or {}).get("label_space"))
         model = task.model_for_checkpoint(resume)
         check_resume_options({**resume.get("train", {}), "seed": resume["data"].get("seed")}, cfg, log)
     else:
         torch.manual_seed(cfg.seed)  # the initial weights depend on the seed only
         model = task.fresh_model(log)
     config = model.config
-    if d.is_main:  # from here on RUN is recognisably a run of this task
-        write_run_record(run, task.name, task.architecture)
     if global_batch > rows:  # checked once the model options are known to be valid
         raise BertmodelError(f"the global batch ({cfg.batch_size:,} x {cfg.grad_accum} accumulation x {d.world} "
                              f"ranks = {global_batch:,}) is larger than the training data ({rows:,} samples); "
                              "lower --batch-size")
+    if d.is_main:  # from here on (every start-up check passed) RUN is recognisably a run of this task
+        write_run_record(run, task.name, task.architecture)
     model.to(d.device)
     if d.device.type == "cpu":
         keep_freed_memory()  # every step's large blocks reused, not page-faulted in again
@@ -189,7 +190,8 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         log(f"resuming from {latest} (step {step:,}, sample {cursor:,})")
     else:
         torch.manual_seed(cfg.seed + d.rank)  # dropout streams differ per rank
-    if step >= cfg.max_steps and not resume.get("eval_pending"):  # (a stop cut its last evaluation short: do it)
+    pending = resume is not None and resume.get("eval_pending") and task.has_eval
+    if step >= cfg.max_steps and not pending:  # (a stop cut its last evaluation short: do it)
         log(f"{run} already reached step {step:,} of {cfg.max_steps:,}; nothing to do")
         return {"step": step, "checkpoint": str(latest)}
     train_model = parallel.wrap(model, d, cfg.compile)
@@ -208,6 +210,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     trainer = Trainer(cfg, task, d, run, model, train_model, config, optimizer, cfg.lr_schedule(), loader,
                       writer, autocast, log, step=step, cursor=cursor, bad_total=bad_total,
                       best=(resume or {}).get("best"), inputs=inputs, resumed=resume)
+    del resume  # the checkpoint's tensors (model, optimizer) are not held for the whole run
     try:
         with StopSignal() as stop:
             return trainer.run_until_done(stop)

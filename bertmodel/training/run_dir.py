@@ -10,8 +10,9 @@ would destroy the user's files.
 A run also never writes where it reads: --out may not equal or contain the model it
 starts from or the data it reads.
 
-Each checkpoint records the run's inputs (`inputs`: file fingerprints, dataset
-names and splits, columns, the label set, the shard manifests' sha256), and a resume
+Each checkpoint records the run's inputs (`inputs`: files and saved datasets by the
+sha256 of their bytes and the split read, hub datasets by name, config and split,
+columns, the label set, the shard manifests' sha256), and a resume
 compares them with the data given now: a resume on other data is refused, naming what
 changed, unless --allow-changed-options asks to continue (logged). The label set of a
 classifier can never change on resume: the trained head's classes are its indices.
@@ -98,6 +99,9 @@ def check_out_apart(run: Path, reads: list[tuple[str, str | None]]) -> None:
             where = "is" if read == out else "holds"
             raise BertmodelError(f"{run}: --out {where} the {option} this run reads ({path}); a run writes "
                                  "checkpoints and hf/ into --out, so choose another --out")
+        if read.is_dir() and read in out.parents:  # its checkpoints would change the data's own bytes
+            raise BertmodelError(f"{run}: --out is inside the {option} this run reads ({path}); choose an --out "
+                                 "outside it")
 
 
 # -- what a run was trained on -------------------------------------------------------------
@@ -115,31 +119,32 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def source_identity(source: str | os.PathLike | None, fingerprint: str | None = None) -> dict | None:
+def source_identity(source: str | os.PathLike | None) -> dict | None:
     """How a run records one data source: a local file or directory by its content's
-    sha256; a hub dataset by its name, config and split (and datasets' fingerprint)."""
+    sha256; anything else (a hub dataset's "name[config]:split") by its name alone: a hub
+    dataset that changes under the same name is not detected."""
     if source is None:
         return None
     path = Path(source)
     if path.exists():
         return {"source": str(source), "sha256": sha256_of(path)}
-    return {"source": str(source), **({"fingerprint": fingerprint} if fingerprint else {})}
+    return {"source": str(source)}
 
 
 def _same_source(saved, now) -> bool:
     if saved is None or now is None:
         return saved == now
-    for key in ("sha256", "fingerprint"):
-        if key in saved and key in now:
-            return saved[key] == now[key]  # a file moved or renamed with the same bytes is the same data
+    if saved.get("split") != now.get("split"):  # another split of the same saved DatasetDict
+        return False
+    if "sha256" in saved and "sha256" in now:
+        return saved["sha256"] == now["sha256"]  # a file moved or renamed with the same bytes is the same data
     return saved.get("source") == now.get("source")
 
 
 def _shown(value) -> str:
     if isinstance(value, dict) and "source" in value:
-        digest = value.get("sha256") or value.get("fingerprint")
-        return f"{value['source']}" + (f" (sha256 {digest[:12]})" if value.get("sha256") else
-                                       f" (fingerprint {digest[:12]})" if digest else "")
+        split = f" split {value['split']}" if value.get("split") else ""
+        return f"{value['source']}{split}" + (f" (sha256 {value['sha256'][:12]})" if value.get("sha256") else "")
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         return "[" + ", ".join(_shown(v) for v in value) + "]"
     return "none" if value is None else json.dumps(value, ensure_ascii=False)
@@ -166,11 +171,15 @@ def changed_inputs(saved: dict, now: dict) -> list[str]:
             for name in dict.fromkeys([*saved, *now]) if not _same(saved.get(name), now.get(name))]
 
 
-def check_resume_inputs(saved: dict | None, now: dict, cfg, log) -> None:
-    """Refuse (or, with allow_changed_options, log) a resume on other data than the run's."""
+def check_resume_inputs(saved: dict | None, now: dict, cfg, log, legacy_labels: dict | None = None) -> None:
+    """Refuse (or, with allow_changed_options, log) a resume on other data than the run's.
+    legacy_labels: the label space a checkpoint from before `inputs` records in its task."""
     if saved is None:  # a checkpoint written before runs recorded their inputs
         log("warning: the checkpoint does not record the data it was trained on; it cannot be compared")
-        return
+        if legacy_labels is None:
+            return
+        saved = {"labels": legacy_labels}
+        now = {"labels": now.get("labels")}
     if (labels := saved.get("labels")) is not None and labels != now.get("labels"):
         raise BertmodelError(f"{cfg.out}: resuming with another label set ({_label_list(labels)} -> "
                              f"{_label_list(now.get('labels'))}); the trained head's classes cannot change "

@@ -1,5 +1,5 @@
 """Which files a corpus is: spec.paths (files, directories, globs, object-store URLs)
-expanded into the sorted list of inputs that corpus.py reads."""
+expanded into the sorted list of inputs that spec.py reads."""
 from __future__ import annotations
 
 import glob

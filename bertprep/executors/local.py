@@ -12,7 +12,7 @@ results do not depend on the executor, the worker count or which process ran wha
 Executors know nothing of what the tasks do.
 
 - `LocalExecutor` (here): in-process for one worker, a process pool otherwise.
-- `RayExecutor` (ray_executor.py): each call a Ray task with the cost's CPU and memory
+- `RayExecutor` (ray.py): each call a Ray task with the cost's CPU and memory
   requests, retried by Ray when its worker or node is lost. Ray is an optional extra,
   imported only when that executor is asked for.
 

@@ -78,7 +78,7 @@ def counts_to_predict(rows: Rows, config: MaskingConfig) -> np.ndarray:
     count for its length, capped by its candidates, its length less its specials (a pair
     row's 3; a FULL-SENTENCES row's [CLS], final [SEP] and one [SEP] per document
     boundary). The one rule: masking counts with it, and so does build-shards' check of
-    the rows read back (inspect_shards, from their [CLS]/[SEP] tokens)."""
+    the rows read back (shards/inspect.py, from their [CLS]/[SEP] tokens)."""
     return _counts(rows, config, _special_positions(rows)[0])
 
 

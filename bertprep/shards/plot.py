@@ -3,7 +3,7 @@
 Three panels: the row length histogram (tokens per row, [CLS]/[SEP] included), the
 histogram of masked positions per row, and how the masked positions were shown
 ([MASK] / random token / kept) against BERT's nominal 80/10/10, with 95% intervals.
-Lengths and the split come from `inspect_shards.measure` (re-measured from the rows);
+Lengths and the split come from `inspect.measure` (re-measured from the rows);
 masked positions per row are counted here from the masked_lm_positions offsets.
 
 matplotlib (the `plot` extra) draws through its Agg canvas directly, without pyplot.
@@ -48,7 +48,7 @@ def masked_per_row_histogram(out) -> np.ndarray:
 
 
 def plot_shards(out, report: dict, path, overwrite: bool = False) -> pathlib.Path:
-    """Draw `report` (inspect_shards.measure(out)) and OUT's masked-per-row counts into the
+    """Draw `report` (inspect.measure(out)) and OUT's masked-per-row counts into the
     PNG `path` (written whole, then renamed)."""
     path = pathlib.Path(path)
     if path.exists() and not overwrite:
