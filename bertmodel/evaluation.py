@@ -23,7 +23,8 @@ from bertmodel.training import parallel
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
 
-TASK_OF = {"BertForSequenceClassification": "classify", "BertForQuestionAnswering": "qa"}
+TASK_OF = {"BertForSequenceClassification": "classify", "BertForQuestionAnswering": "qa",
+           "BertForTokenClassification": "tokens", "BertForMultipleChoice": "choice"}
 
 
 def model_dir(path) -> Path:
@@ -50,6 +51,8 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     saved = dict(pre.head.get("options") or {})
     saved.update({k: v for k, v in options.items() if v is not None})
     saved.pop("train", None)
+    if options.get("validation") or options.get("dataset"):
+        saved.pop("max_eval_examples", None)  # other data is evaluated whole
     if not read_validation:
         saved.update(validation=None, dataset=None)
     fields = {k: v for k, v in saved.items() if k in FinetuneConfig.__dataclass_fields__}
@@ -62,6 +65,25 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
 
         task = QATask(cfg, d, log, evaluation_only=True)
         net = BertForQuestionAnswering(pre.config)
+    elif task_name == "tokens":
+        from bertmodel.model import BertForTokenClassification
+        from bertmodel.tasks.tokens import TagSet, TokenClassificationTask
+
+        saved_tags = pre.head.get("tag_set")
+        if saved_tags:
+            tags = TagSet.from_dict(saved_tags)
+        else:  # a transformers token classifier: its id2label is the tag set
+            id2label = pre.head.get("id2label") or {}
+            names = tuple(str(id2label[i]) for i in sorted(id2label))
+            tags = TagSet(names, any(n[:2] in ("B-", "I-", "E-", "S-") for n in names))
+        task = TokenClassificationTask(cfg, d, log, tag_set=tags)
+        net = BertForTokenClassification(pre.config, len(tags.tags))
+    elif task_name == "choice":
+        from bertmodel.model import BertForMultipleChoice
+        from bertmodel.tasks.choice import MultipleChoiceTask
+
+        task = MultipleChoiceTask(cfg, d, log, evaluation_only=True)
+        net = BertForMultipleChoice(pre.config)
     else:
         from bertmodel.model import BertForSequenceClassification
         from bertmodel.tasks.classification import ClassificationTask
@@ -105,7 +127,10 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
 
         metrics = task.evaluate(net, d, autocast)
         write_qa_outputs(paths, *task.last_predictions)
-    else:
+    elif _is_tokens(task):  # a JSON line per sentence: its words, predicted and gold tags
+        metrics = task.evaluate(net, d, autocast)
+        _write_jsonl(paths[0], task.prediction_records(task.last_word_logits))
+    else:  # classification and multiple choice alike: logits (N, C), a JSON line per example
         logits = task.predict(net, task.validation, d.device, autocast, task.cfg.eval_batch_size)
         # Unlabelled data (no label column): batch prediction, so predictions and no metrics.
         metrics = (task.evaluate(net, d, autocast, logits=logits) if task.validation_texts.labels is not None
@@ -121,6 +146,13 @@ def predict_texts(model, texts: list[str], pairs: list[str] | None = None, devic
     task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
     if _is_qa(task):
         raise BertmodelError(f"{model}: a question-answering model; pass --question and --context")
+    if _is_choice(task):
+        raise BertmodelError(_CHOICE_NEEDS_FILE.format(model=model))
+    if _is_tokens(task):
+        if pairs:
+            raise BertmodelError(f"{model}: a token classifier labels the words of single texts; --pair does not "
+                                 "apply")
+        return [{"text": t, "entities": e} for t, e in zip(texts, task.predict_entities(net, texts, d.device))]
     _check_pairing(model, task, pairs is not None, warn, "pass --pair for each text")
     return _classify(task, net, d, texts, pairs)
 
@@ -133,6 +165,8 @@ def predict_answers(model, questions: list[str], contexts: list[str], device: st
     from bertmodel.data.squad import SquadExample
 
     task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
+    if _is_choice(task):
+        raise BertmodelError(_CHOICE_NEEDS_FILE.format(model=model))
     if not _is_qa(task):
         raise BertmodelError(f"{model}: a classifier, not a question-answering model; pass texts")
     examples = [SquadExample(str(i), "", q, c, [], False, "command line") for i, (q, c) in
@@ -151,6 +185,10 @@ def predict_file(model, path, device: str = "cpu", unpad: str = "auto", warn=Non
         examples, ids = _read_questions(path)
         records = _answer(task, net, d, examples)
         return records if ids is None else [{"id": i, **r} for i, r in zip(ids, records)]
+    if _is_tokens(task):
+        return _tag_file(task, net, d, path)
+    if _is_choice(task):  # the run's context, question, choices (and label, as "gold") columns
+        return task.predict_table(net, d, _open_table(path, header=not task.cfg.no_header))
     texts, pairs, pair_column = _read_texts(task, path)
     _check_pairing(model, task, pairs is not None, warn, f"{path} has no {pair_column!r} column")
     return _classify(task, net, d, texts, pairs)
@@ -168,6 +206,39 @@ def write_predictions(path, records: list[dict], overwrite: bool = False) -> Non
 
 def _is_qa(task) -> bool:
     return hasattr(task, "validation_windows")
+
+
+def _is_tokens(task) -> bool:
+    return task.name == "token_classification"
+
+
+def _tag_file(task, net, d, path) -> list[dict]:
+    """A token classifier's records for a file: sentences of given words (CoNLL text, or
+    the run's tokens column) get a tag per word; a table with a "text" column gets the
+    entities of each text."""
+    from bertmodel.data.tagged import TABLE_SUFFIXES, read_tagged
+
+    path = Path(path)
+    if path.is_dir() or path.suffix.lower() in TABLE_SUFFIXES | {".csv", ".tsv"}:
+        table = _open_table(path)
+        if not table.has(task.cfg.tokens_column) and table.has("text"):
+            texts = table.texts("text", blank_ok=True)
+            return [{"text": t, "entities": e} for t, e in zip(texts, task.predict_entities(net, texts, d.device))]
+    data = read_tagged(path, tokens_column=task.cfg.tokens_column, tags_column=task.cfg.tags_column,
+                       tags_required=False)
+    records = task.predict_sentences(net, data.words, d.device)
+    if data.tags is not None:
+        for record, gold in zip(records, data.tags):
+            record["gold"] = gold
+    return records
+
+
+def _is_choice(task) -> bool:
+    return task.name == "multiple_choice"
+
+
+_CHOICE_NEEDS_FILE = ("{model}: a multiple-choice model; pass --file with a context and the choices of each "
+                      "record (in the run's columns)")
 
 
 def _check_pairing(model, task, given_pairs: bool, warn, hint: str) -> None:

@@ -1,5 +1,6 @@
-"""`finetune classify|qa`, `evaluate` and `predict`: a fine-tuning task
-(tasks/classification.py, tasks/qa.py) on the generic trainer (training/run.py).
+"""`finetune classify|qa|tokens|choice`, `evaluate` and `predict`: a fine-tuning task
+(tasks/classification.py, tasks/qa.py, tasks/tokens.py, tasks/choice.py) on the generic
+trainer (training/run.py).
 
 FinetuneConfig extends the loop's options with the data, the starting model and the
 task's settings; its defaults are the BERT paper's (lr 2e-5, batch 32, 3 epochs, warmup
@@ -19,20 +20,27 @@ from bertmodel.training.run import run_training
 DATA_OPTIONS = ("train", "validation", "dataset", "dataset_config", "train_split", "validation_split",
                 "text_column", "text_pair_column", "label_column", "no_header", "num_labels", "max_seq_length",
                 "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length",
-                "positive_label")
+                "positive_label", "tokens_column", "tags_column", "label_all_tokens", "context_column",
+                "question_column", "choices_column", "choice_columns", "max_train_examples", "max_eval_examples")
+
+# `finetune TASK` -> the task a run directory records (tasks' `name`)
+TASK_NAMES = {"classify": "classification", "qa": "qa", "tokens": "token_classification",
+              "choice": "multiple_choice"}
 
 
 @dataclass(kw_only=True)
 class FinetuneConfig(LoopConfig):
     task: str
-    """"classify" (sequence classification or regression) or "qa" (extractive QA)."""
+    """"classify" (sequence classification or regression), "qa" (extractive QA), "tokens" (a label
+    per word, e.g. NER) or "choice" (multiple choice)."""
     model: str
     """The BERT to start from: one of our runs/checkpoints or a transformers directory of any BERT head."""
     init: str = "pretrained"
     """"pretrained": the model's weights; "random": only its shape (or --model random:PRESET's),
     every weight drawn afresh from the seed, the control that shows what pre-training bought."""
     train: str | None = None
-    """Training data: TSV/CSV/JSONL/Parquet/save_to_disk dir (classify), SQuAD JSON or JSONL (qa)."""
+    """Training data: TSV/CSV/JSONL/Parquet/save_to_disk dir (classify, choice; SWAG's CSV), SQuAD JSON
+    or JSONL (qa), CoNLL text or JSONL/Parquet/save_to_disk with token and tag lists (tokens)."""
     validation: str | None = None
     dataset: str | None = None
     """A Hugging Face dataset by name instead of files (with train_split / validation_split)."""
@@ -46,7 +54,25 @@ class FinetuneConfig(LoopConfig):
     """TSV/CSV without a header line: columns are then 0-based indices (e.g. CoLA: text 3, label 1)."""
     num_labels: int | None = None
     """1 = regression (MSE); default: the distinct labels of the training data."""
-    max_seq_length: int | None = None  # 128 for classify, 384 for qa
+    tokens_column: str = "tokens"
+    """tokens: the column holding each sentence's words (a list)."""
+    tags_column: str | None = None
+    """tokens: the column holding each word's tag (a list); default "tags", else "ner_tags"."""
+    label_all_tokens: bool = False
+    """tokens: every WordPiece of a word carries its label (default: only the first, as BERT)."""
+    context_column: str = "context"
+    """choice: the text every choice is paired with."""
+    question_column: str | None = None
+    """choice: text put before each choice in its segment; default "question" where the data has it."""
+    choices_column: str = "choices"
+    """choice: a column holding the list of choices."""
+    choice_columns: str | None = None
+    """choice: one column per choice instead, comma-separated (e.g. "ending0,ending1,ending2,ending3")."""
+    max_seq_length: int | None = None  # 128, or 384 for qa
+    max_train_examples: int | None = None
+    """Train on the first N examples only (quick runs, learning curves, suites on a CPU)."""
+    max_eval_examples: int | None = None
+    """Evaluate on the first N validation examples only."""
     doc_stride: int = 128
     max_query_length: int = 64
     version_2: bool = False
@@ -56,7 +82,8 @@ class FinetuneConfig(LoopConfig):
     max_answer_length: int = 30
     epochs: float = 3.0
     metric_for_best: str | None = None
-    """Metric that picks the model kept in RUN/hf (default accuracy, pearson for regression, f1 for qa)."""
+    """Metric that picks the model kept in RUN/hf (default accuracy, pearson for regression, f1 for qa
+    and for tokens: entity F1)."""
     positive_label: str | None = None
     """The class binary F1 (the "f1" metric of two-class data) is computed for; default: id 1
     (label 1 of 0/1 data, the second label in sorted order for text labels)."""
@@ -80,8 +107,8 @@ class FinetuneConfig(LoopConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.task not in ("classify", "qa"):
-            raise BertmodelError(f"unknown fine-tuning task {self.task!r}; choose classify or qa")
+        if self.task not in TASK_NAMES:
+            raise BertmodelError(f"unknown fine-tuning task {self.task!r}; choose {', '.join(TASK_NAMES)}")
         if self.model.startswith("random:"):
             self.init = "random"
         if self.init not in ("pretrained", "random"):
@@ -101,7 +128,7 @@ class FinetuneConfig(LoopConfig):
     @property
     def task_name(self) -> str:
         """The task a run directory records (tasks' `name`)."""
-        return "qa" if self.task == "qa" else "classification"
+        return TASK_NAMES[self.task]
 
     def read_paths(self) -> list[tuple[str, str | None]]:
         """What the run reads, which --out may not be or contain."""
@@ -111,7 +138,15 @@ class FinetuneConfig(LoopConfig):
 
     def meaningful_options(self) -> tuple[str, ...]:
         return MEANINGFUL + ("model", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
-                             "metric_for_best", "positive_label")
+                             "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples",
+                             "max_eval_examples")
+
+    def first(self, examples, which: str):
+        """`examples` (anything sliceable) cut to --max-train-examples / --max-eval-examples."""
+        limit = self.max_train_examples if which == "train" else self.max_eval_examples
+        if limit is None or examples is None:
+            return examples
+        return examples.head(limit) if hasattr(examples, "head") else examples[:limit]
 
     def data_options(self) -> dict:
         return {name: getattr(self, name) for name in DATA_OPTIONS}
@@ -132,6 +167,14 @@ def make_task(cfg: FinetuneConfig, d, log):
         from bertmodel.tasks.qa import QATask
 
         task = QATask(cfg, d, log)
+    elif cfg.task == "tokens":
+        from bertmodel.tasks.tokens import TokenClassificationTask
+
+        task = TokenClassificationTask(cfg, d, log)
+    elif cfg.task == "choice":
+        from bertmodel.tasks.choice import MultipleChoiceTask
+
+        task = MultipleChoiceTask(cfg, d, log)
     else:
         from bertmodel.tasks.classification import ClassificationTask
 

@@ -198,7 +198,7 @@ def _architecture(config: dict, sd: dict, path: Path) -> str:
 def _hf_head(config: dict, architecture: str) -> dict:
     """The head settings a transformers config.json carries (for our task objects)."""
     head = {}
-    if architecture == "BertForSequenceClassification":
+    if architecture in ("BertForSequenceClassification", "BertForTokenClassification"):
         id2label = {int(k): v for k, v in (config.get("id2label") or {}).items()}
         head["num_labels"] = int(config.get("num_labels") or len(id2label) or 2)
         head["id2label"] = id2label

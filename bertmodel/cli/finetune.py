@@ -1,4 +1,4 @@
-"""`bertmodel finetune classify|qa`, `evaluate` and `predict`: parse options, build a
+"""`bertmodel finetune classify|qa|tokens|choice`, `evaluate` and `predict`: parse options, build a
 FinetuneConfig, call one library function (finetune.py, evaluation.py), print a summary."""
 from __future__ import annotations
 
@@ -47,17 +47,35 @@ TASK_DATA_OPTIONS = {
         ("--n-best", dict(type=click.IntRange(min=1), help="Candidate answers kept per question.")),
         ("--max-answer-length", dict(type=click.IntRange(min=1), help="Longest answer in tokens.")),
     ],
+    "tokens": [
+        ("--tokens-column", dict(help="Column holding each sentence's words (a list; JSONL, Parquet, datasets).")),
+        ("--tags-column", dict(help="Column holding each word's tag (a list of strings, or ids with the dataset's "
+                                    "ClassLabel names) [default: tags, else ner_tags].")),
+        ("--label-all-tokens", dict(is_flag=True, default=None, help="Label every WordPiece of a word, not only "
+                                                                      "the first.")),
+    ],
+    "choice": [
+        ("--context-column", dict(help="Column holding the text each choice is paired with.")),
+        ("--question-column", dict(help="Column put before each choice in its segment [default: question, where "
+                                        "the data has it].")),
+        ("--choices-column", dict(help="Column holding the list of choices.")),
+        ("--choice-columns", dict(help="One column per choice instead, comma-separated (e.g. "
+                                       "hypothesis1,hypothesis2).")),
+        ("--label-column", dict(help="Column holding the index of the right choice.")),
+    ],
 }
 
 
 def data_options(task: str | None, defaults: bool = True):
-    """Where the examples come from and how they are read. `task` "classify" or "qa": the
-    options of that task only (finetune classify|qa); None: both tasks' options, each help
-    ending in its task (evaluate, which works on either). defaults=False: no defaults, so
-    an option not given falls back on the run's own."""
+    """Where the examples come from and how they are read. `task` (classify, qa, tokens,
+    choice): the options of that task only (finetune TASK); None: every task's options,
+    each help ending in its tasks (evaluate, which works on any). defaults=False: no
+    defaults, so an option not given falls back on the run's own."""
     opt = functools.partial(_opt, defaults=defaults)
     length_help = {"classify": "Tokens per example.", "qa": "Tokens per window (question + context).",
-                   None: "Tokens per example (classify) or window (qa)."}[task]
+                   "tokens": "Tokens per window (longer sentences are cut into windows; every word is predicted).",
+                   "choice": "Tokens per choice (context + choice).",
+                   None: "Tokens per example (classify, choice) or window (qa, tokens)."}[task]
     decorators = [
         opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
         opt("--dataset-config", help="The dataset's configuration (e.g. glue's 'rte')."),
@@ -67,14 +85,16 @@ def data_options(task: str | None, defaults: bool = True):
         opt("--max-seq-length", type=click.IntRange(min=8), help=length_help + (
             f" [default: {384 if task == 'qa' else 128}]" if task and defaults else "")),
     ]
+    chosen: dict[str, tuple[dict, list[str]]] = {}  # option -> (settings, the tasks that take it)
     for name in (task,) if task else TASK_DATA_OPTIONS:
         for option, settings in TASK_DATA_OPTIONS[name]:
-            settings = dict(settings)  # TASK_DATA_OPTIONS stays as written
-            if not task:  # "Column holding the text (classify)."
-                settings["help"] = settings["help"].removesuffix(".") + f" ({name})."
-            if settings.get("is_flag") and not defaults:
-                settings["default"] = None  # absent: the run's own (False would override it)
-            decorators.append(opt(option, **settings))
+            chosen.setdefault(option, (dict(settings), []))[1].append(name)  # TASK_DATA_OPTIONS stays as written
+    for option, (settings, tasks) in chosen.items():
+        if not task:  # "Column holding the text (classify)."
+            settings["help"] = settings["help"].removesuffix(".") + f" ({', '.join(tasks)})."
+        if settings.get("is_flag") and not defaults:
+            settings["default"] = None  # absent: the run's own (False would override it)
+        decorators.append(opt(option, **settings))
     return lambda fn: _apply(fn, decorators)
 
 
@@ -108,6 +128,9 @@ def training_options(task: str):
         click.option("--out", required=True, type=click.Path(file_okay=False),
                      help="Run directory; rerunning the same command resumes there."),
         _opt("--epochs", type=click.FloatRange(min=0, min_open=True), help="Passes over the training data."),
+        _opt("--max-train-examples", type=click.IntRange(min=1), help="Train on the first N examples only."),
+        _opt("--max-eval-examples", type=click.IntRange(min=1), help="Evaluate on the first N validation examples "
+             "only."),
         _opt("--batch-size", type=click.IntRange(min=1), help="Micro-batch per device."),
         _opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass in evaluation."),
         _opt("--grad-accum", type=click.IntRange(min=1), help="Micro-batches per optimizer step."),
@@ -126,7 +149,7 @@ def training_options(task: str):
              "checkpoint is kept as well."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
         _opt("--metric-for-best", help="Eval metric picking the model kept in RUN/hf [default: accuracy; pearson "
-             "for regression; f1 for qa]."),
+             "for regression; f1 for qa and tokens (entity F1)]."),
         *([_opt("--num-labels", type=click.IntRange(min=1), help="Classes (1 = regression) [default: from the "
                 "data].")] if task == "classify" else []),
         _opt("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the model dir carries none."),
@@ -146,12 +169,15 @@ def _apply(fn, decorators: list):
 
 @main.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
 def finetune():
-    """Fine-tune a BERT: sequence classification/regression or extractive QA.
+    """Fine-tune a BERT: sequence classification/regression, extractive QA, token
+    classification (NER) or multiple choice.
 
     \b
     Example:
       bertmodel finetune classify --model bert/ --train train.tsv --validation dev.tsv --out run/
       bertmodel finetune qa --model bert/ --train train-v1.1.json --validation dev-v1.1.json --out qa-run/
+      bertmodel finetune tokens --model bert/ --train conll2003/train.txt --validation conll2003/valid.txt --out ner/
+      bertmodel finetune choice --model bert/ --train swag/train.csv --validation swag/val.csv --out swag/
     """
 
 
@@ -162,7 +188,7 @@ def _run(task: str, options: dict) -> None:
     options["report_to"] = list(options.get("report_to", ()))
     last = run_finetune(FinetuneConfig(task=task, **options))
     keys = ("step", "loss", "accuracy", "eval_accuracy", "eval_macro_f1", "eval_mcc", "eval_pearson",
-            "eval_spearman", "eval_exact_match", "eval_f1")
+            "eval_spearman", "eval_exact_match", "eval_precision", "eval_recall", "eval_f1")
     finish_run(options["out"], last, keys)
 
 
@@ -205,6 +231,51 @@ def qa(**options):
     _run("qa", options)
 
 
+@finetune.command("tokens", context_settings=CONTEXT_SETTINGS)
+@training_options("tokens")
+@data_options("tokens")
+@user_errors
+def tokens(**options):
+    """Fine-tune a label per word (named-entity recognition, POS tagging, ...).
+
+    Data: CoNLL text (a word per line, its tag in the last column, a blank line between
+    sentences, -DOCSTART- skipped; IOB1 and BIOES tags are read as IOB2), or JSONL,
+    Parquet, a save_to_disk dir or --dataset NAME with a list of words and a list of tags
+    per row. The first WordPiece of each word carries its label (--label-all-tokens: every
+    piece); sentences longer than --max-seq-length are cut into windows, so every word is
+    predicted. Metrics: entity precision/recall/F1 as CoNLL's conlleval, overall and per
+    type, and token accuracy. RUN/hf is a transformers BertForTokenClassification dir.
+
+    \b
+    Example:
+      bertmodel finetune tokens --model bert/ --train conll2003/train.txt --validation conll2003/valid.txt \\
+          --out ner/
+    """
+    _run("tokens", options)
+
+
+@finetune.command("choice", context_settings=CONTEXT_SETTINGS)
+@training_options("choice")
+@data_options("choice")
+@user_errors
+def choice(**options):
+    """Fine-tune multiple choice: a score per choice, the best one picked.
+
+    Each choice is encoded as [CLS] context [SEP] question + choice [SEP] and scored from
+    its [CLS]. Data: SWAG's CSV (sent1, sent2, ending0..3, label; known by its header),
+    or CSV/JSONL/Parquet/a save_to_disk dir/--dataset with a context, an optional
+    question, the choices (a list column, or --choice-columns) and the index of the right
+    one. Any number of choices >= 2, the same in every row. Metric: accuracy. RUN/hf is a
+    transformers BertForMultipleChoice dir.
+
+    \b
+    Example:
+      bertmodel finetune choice --model bert/ --train e-CARE/train.jsonl --validation e-CARE/dev.jsonl \\
+          --context-column premise --question-column ask-for --choice-columns hypothesis1,hypothesis2 --out ecare/
+    """
+    _run("choice", options)
+
+
 @main.command("evaluate", context_settings=CONTEXT_SETTINGS)
 @click.argument("run", type=EXISTING)
 @click.option("--data", type=EXISTING, help="Data to evaluate on [default: the run's validation data].")
@@ -219,8 +290,8 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
-    Data options default to those the run was trained with; each applies to one task,
-    classify or qa, as its help says. Unlabelled data: `bertmodel predict RUN --file`.
+    Data options default to those the run was trained with; each applies to the tasks its
+    help names. Unlabelled data: `bertmodel predict RUN --file`.
 
     \b
     Example:
@@ -254,12 +325,14 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
 @unpad_option
 @user_errors
 def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad):
-    """Labels with probabilities for texts, or the answer to --question in --context; or a
-    JSON line of either for each record of --file.
+    """Labels with probabilities for texts (a token classifier: each text's entities, a
+    JSON line per text), or the answer to --question in --context; or a JSON line for
+    each record of --file.
 
     \b
     Example:
       bertmodel predict rte/ "The cat sat." --pair "A cat was sitting."
+      bertmodel predict ner/ "Angela Merkel visited Paris."
       bertmodel predict qa/ --question "Who wrote it?" --context "It was written by Ada."
       bertmodel predict rte/ --file RTE/test.tsv --out rte-test.jsonl
     """
@@ -292,7 +365,9 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
     if pairs and len(pairs) != len(texts):
         raise click.UsageError(f"{len(pairs)} --pair for {len(texts)} texts")
     for r in predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad, warn=warn):
-        if "label" in r:
+        if "entities" in r:  # a token classifier: the text's entities as one JSON line
+            click.echo(json.dumps(r, ensure_ascii=False))
+        elif "label" in r:
             click.echo(f"{r['label']}\t{r['probability']:.4f}\t{r['text']}")
         else:
             click.echo(f"{r['prediction']:.4f}\t{r['text']}")

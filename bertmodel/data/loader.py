@@ -193,9 +193,11 @@ class BatchLoader:
                 tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
                 if self.pin:
                     tensors = {k: v.pin_memory() for k, v in tensors.items()}
-                B, T = arrays["input_ids"].shape
+                # (B, T), or (B, C, T) for multiple choice: B examples of C sequences each.
+                B, T = arrays["input_ids"].shape[0], arrays["input_ids"].shape[-1]
                 P = arrays["masked_lm_positions"].shape[1] if "masked_lm_positions" in arrays else 0
-                extent = unpadded_extent(arrays["attention_mask"])  # here, on the host: no device sync
+                # here, on the host: no device sync
+                extent = unpadded_extent(arrays["attention_mask"].reshape(-1, T))
                 item = Batch(tensors, cursor, extent["tokens"], extent["attention_pairs"], (B, T, P))
                 while not self._stop.is_set():
                     try:

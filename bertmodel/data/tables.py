@@ -59,6 +59,12 @@ class LabelledTexts:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def head(self, n: int) -> "LabelledTexts":
+        """The first n records."""
+        cut = lambda values: None if values is None else values[:n]  # noqa: E731
+        return LabelledTexts(self.texts[:n], cut(self.pairs), cut(self.labels), self.source, self.label_names,
+                             cut(self.line_numbers))
+
     def record(self, i: int) -> str:
         """How errors name record i: 'line 17' in a text file, 'row 16' in Arrow data."""
         if self.line_numbers is not None:
@@ -150,6 +156,13 @@ def read_hub_dataset(name: str, text_column: Column, text_pair_column: Column | 
                      split: str = "train", labels_required: bool = True,
                      cache_dir: str | None = None) -> LabelledTexts:
     """Read one split of `datasets.load_dataset(name, config, split=split)`."""
+    table = open_hub_table(name, config=config, split=split, cache_dir=cache_dir)
+    return _select(table, table.source, text_column, text_pair_column, label_column, labels_required)
+
+
+def open_hub_table(name: str, *, config: str | None = None, split: str = "train",
+                   cache_dir: str | None = None) -> Table:
+    """The columns of one split of `datasets.load_dataset(name, config, split=split)`."""
     import datasets
 
     source = f"{name}[{config}]:{split}" if config else f"{name}:{split}"
@@ -157,8 +170,7 @@ def read_hub_dataset(name: str, text_column: Column, text_pair_column: Column | 
         ds = datasets.load_dataset(name, config, split=split, cache_dir=cache_dir)
     except Exception as exc:  # datasets raises many types (hub, builder, split); one line
         raise BertmodelError(f"{source}: cannot load the dataset ({_first_line(exc)})") from None
-    return _select(_dataset_table(ds, source), source, text_column, text_pair_column, label_column,
-                   labels_required)
+    return _dataset_table(ds, source)
 
 
 # -- formats ---------------------------------------------------------------------------
@@ -301,7 +313,12 @@ def _dataset_table(ds, source: str) -> Table:
 
     if len(ds) == 0:
         raise BertmodelError(f"{source}: empty dataset (no rows)")
-    names = {n: list(f.names) for n, f in ds.features.items() if isinstance(f, datasets.ClassLabel)}
+    names = {}
+    for n, f in ds.features.items():
+        # A ClassLabel column, or a list of them (a sequence of tags: conll2003's ner_tags)
+        label = f if isinstance(f, datasets.ClassLabel) else getattr(f, "feature", None)
+        if isinstance(label, datasets.ClassLabel):
+            names[n] = list(label.names)
     plain = ds.with_format(None)  # python values whatever format the caller set
     return Table(columns=list(ds.column_names), get=lambda c: list(plain[c]), line_numbers=None,
                  class_names=names, source=source)

@@ -7,11 +7,14 @@ between them with no renaming:
   BertForMaskedLM                 bert.* without pooler + cls.predictions.*
   BertForSequenceClassification   bert.* + dropout + classifier (num_labels; 1 = regression)
   BertForQuestionAnswering        bert.* without pooler + qa_outputs (start/end per token)
+  BertForTokenClassification      bert.* without pooler + dropout + classifier (a label per token)
+  BertForMultipleChoice           bert.* + dropout + classifier (H -> 1: a score per choice)
 Heads that read only some positions ask the encoder for just those rows (query_index):
 MLM reads [CLS] and the prediction slots, classification only [CLS], so the last layer
-runs at those positions alone. QA reads every token.
+runs at those positions alone (multiple choice: the [CLS] of each choice). QA and token
+classification read every token.
 Shapes: B batch, T padded sequence length, H hidden, P prediction slots, V vocabulary,
-C classes.
+C classes (or choices).
 """
 from __future__ import annotations
 
@@ -46,6 +49,16 @@ class QuestionAnsweringOutput(NamedTuple):
     loss: torch.Tensor | None  # (CE(start) + CE(end)) / 2, as transformers computes it
     start_logits: torch.Tensor  # (B, T)
     end_logits: torch.Tensor  # (B, T)
+
+
+class TokenClassificationOutput(NamedTuple):
+    loss: torch.Tensor | None  # cross-entropy over the labelled tokens (label -100: not scored)
+    logits: torch.Tensor  # (B, T, C)
+
+
+class MultipleChoiceOutput(NamedTuple):
+    loss: torch.Tensor | None  # cross-entropy over each example's choices
+    logits: torch.Tensor  # (B, C): one score per choice
 
 
 class PredictionHeadTransform(nn.Module):
@@ -254,5 +267,55 @@ class BertForQuestionAnswering(BertWithHead):
         return QuestionAnsweringOutput(loss, start_logits, end_logits)
 
 
+class BertForTokenClassification(BertWithHead):
+    """A label per token: hidden -> dropout -> linear, no pooler (transformers' class).
+    Tokens labelled -100 (padding, [CLS]/[SEP], the later pieces of a word unless every
+    piece is labelled) do not count in the loss."""
+
+    hf_architecture = "BertForTokenClassification"
+    has_pooler = False
+
+    def __init__(self, config: BertConfig, num_labels: int):
+        super().__init__(config)
+        self.num_labels = num_labels
+        self.dropout = Dropout(config.hidden_dropout_prob)  # transformers: classifier_dropout or this
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> TokenClassificationOutput:
+        # Unpadded, padding rows come back as zeros: their logits are the bias, and their
+        # labels are -100, so neither the loss nor a prediction reads them.
+        logits = self.classifier(self.dropout(self.bert(input_ids, token_type_ids, attention_mask)))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
+        return TokenClassificationOutput(loss, logits)
+
+
+class BertForMultipleChoice(BertWithHead):
+    """Each choice encoded on its own ([CLS] context [SEP] choice [SEP]); the pooled [CLS]
+    -> dropout -> linear (H -> 1) scores it, and a softmax over an example's choices
+    picks one (transformers' class: inputs (B, C, T), logits (B, C))."""
+
+    hf_architecture = "BertForMultipleChoice"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> MultipleChoiceOutput:
+        B, C, T = input_ids.shape
+        flat = lambda t: None if t is None else t.reshape(B * C, T)  # noqa: E731
+        # Only [CLS] of each choice is read: the last layer computes that row alone.
+        cls_index = torch.zeros(B * C, 1, dtype=torch.long, device=input_ids.device)
+        hidden = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask), cls_index)
+        logits = self.classifier(self.dropout(self.bert.pooler(hidden))).view(B, C)
+        loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
+        return MultipleChoiceOutput(loss, logits)
+
+
 HEAD_MODELS = {cls.hf_architecture: cls for cls in (BertForPreTraining, BertForMaskedLM,
-                                                    BertForSequenceClassification, BertForQuestionAnswering)}
+                                                    BertForSequenceClassification, BertForQuestionAnswering,
+                                                    BertForTokenClassification, BertForMultipleChoice)}

@@ -31,9 +31,9 @@ def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts |
                    label_column=cfg.label_column, labels_required=labels_required)
     split = getattr(cfg, f"{which}_split")
     if path:
-        return read_table(path, split=split, header=not cfg.no_header, **columns)
+        return cfg.first(read_table(path, split=split, header=not cfg.no_header, **columns), which)
     if cfg.dataset:
-        return read_hub_dataset(cfg.dataset, config=cfg.dataset_config, split=split, **columns)
+        return cfg.first(read_hub_dataset(cfg.dataset, config=cfg.dataset_config, split=split, **columns), which)
     return None
 
 

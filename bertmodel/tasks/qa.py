@@ -28,9 +28,9 @@ def read_examples(cfg, which: str):
     path = getattr(cfg, which)
     split = getattr(cfg, f"{which}_split")
     if path:  # a split names a part of a save_to_disk DatasetDict, never of a file
-        return read_squad(path, split=split if Path(path).is_dir() else None)
+        return cfg.first(read_squad(path, split=split if Path(path).is_dir() else None), which)
     if cfg.dataset:
-        return read_squad(cfg.dataset, config=cfg.dataset_config, split=split)
+        return cfg.first(read_squad(cfg.dataset, config=cfg.dataset_config, split=split), which)
     return None
 
 

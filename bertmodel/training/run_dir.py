@@ -31,7 +31,9 @@ from bertprep.errors import check_parent_is_directory
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
 TASK_WORDS = {"pretraining": "a pre-training run", "classification": "a classification fine-tuning run",
-              "qa": "a question-answering fine-tuning run"}
+              "qa": "a question-answering fine-tuning run",
+              "token_classification": "a token-classification fine-tuning run",
+              "multiple_choice": "a multiple-choice fine-tuning run"}
 
 
 # -- the run's own record ------------------------------------------------------------------

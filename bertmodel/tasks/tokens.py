@@ -1,0 +1,343 @@
+"""Token classification (named-entity recognition, POS tagging): a label per word from
+its first WordPiece (transformers' BertForTokenClassification).
+
+Reading (CoNLL text or tag-list tables, IOB1/BIOES -> IOB2): data/tagged.py; words to
+WordPiece windows, labels on first pieces: data/word_windows.py; the entity metric as
+CoNLL's conlleval computes it: eval/entities.py. Each evaluation predicts every word of
+the validation set and reports entity precision, recall and F1 (overall and per type)
+and token accuracy; plain tags (no B-/I- entities) report token accuracy alone.
+
+The tag set and its order come from the training data (a dataset's ClassLabel order,
+else "O" first and the rest sorted) and travel in the checkpoint and config.json.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bertmodel.data.tagged import TaggedSentences, read_tagged
+from bertmodel.data.word_windows import IGNORE_INDEX, WordWindows, encode_words
+from bertmodel.errors import BertmodelError
+from bertmodel.eval.entities import entity_metrics
+from bertmodel.model import BertForTokenClassification
+from bertmodel.model.config import BertConfig
+from bertmodel.tasks.finetuning import (best_metric, check_length, encoder_flops, forward_all, open_model,
+                                        pad_multiple, split_identity, start_from, tokenizer_path)
+
+
+@dataclass(frozen=True)
+class TagSet:
+    tags: tuple[str, ...]  # id -> tag
+    entities: bool  # B-/I- entity tags (entity metrics), or plain labels (accuracy only)
+
+    @classmethod
+    def from_data(cls, data: TaggedSentences) -> "TagSet":
+        seen = {t for tags in data.tags for t in tags}
+        if data.label_names and seen <= set(data.label_names):
+            order = tuple(data.label_names)  # the dataset's own ids: exports match its ClassLabel
+        else:
+            order = tuple(sorted(seen, key=lambda t: (t != "O", t[2:] if t[1:2] == "-" else t, t)))
+        return cls(order, data.scheme != "plain")
+
+    @property
+    def ids(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.tags)}
+
+    def to_dict(self) -> dict:
+        return {"tags": list(self.tags), "entities": self.entities}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TagSet":
+        return cls(tuple(data["tags"]), bool(data["entities"]))
+
+
+def read_split(cfg, which: str, tags_required: bool = True) -> TaggedSentences | None:
+    path = getattr(cfg, which)
+    split = getattr(cfg, f"{which}_split")
+    if not path and not cfg.dataset:
+        return None
+    data = read_tagged(path, dataset=None if path else cfg.dataset, dataset_config=cfg.dataset_config, split=split,
+                       tokens_column=cfg.tokens_column, tags_column=cfg.tags_column, tags_required=tags_required)
+    return cfg.first(data, which)
+
+
+class WindowSet:
+    """Windows + the padding policy: what the loader collates from."""
+
+    def __init__(self, windows: WordWindows, pad_id: int, multiple: int):
+        self.windows, self.pad_id, self.multiple = windows, pad_id, multiple
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def collate(self, rows, max_len: int | None = None) -> dict[str, np.ndarray]:
+        return self.windows.collate(rows, self.pad_id, self.multiple)
+
+
+class TokenStats:
+    """Loss and accuracy over the scored pieces, per logging interval (device sums)."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, correct, scored, micro-batches
+
+    @torch.no_grad()
+    def add(self, out, tensors: dict) -> None:
+        labels = tensors["labels"]
+        scored = labels != IGNORE_INDEX
+        correct = ((out.logits.argmax(-1) == labels) & scored).sum()
+        one = torch.ones((), dtype=torch.float64, device=self.sums.device)
+        self.sums += torch.stack([out.loss.detach().double(), correct.double(), scored.sum().double(), one])
+
+    def totals(self) -> torch.Tensor:
+        return self.sums.clone()
+
+    @staticmethod
+    def summarize(totals: torch.Tensor) -> dict:
+        loss, correct, scored, n = totals.tolist()
+        return {"loss": loss / max(1.0, n), "accuracy": correct / max(1.0, scored)}
+
+    def reset(self) -> None:
+        self.sums.zero_()
+
+
+class TokenClassificationTask:
+    name = "token_classification"
+    architecture = "BertForTokenClassification"
+
+    def __init__(self, cfg, d, log, tag_set: TagSet | None = None):
+        """tag_set given (a trained model's): evaluation only, no training data read."""
+        self.cfg, self.d, self.log = cfg, d, log
+        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
+        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
+        self.tok = tokenizer_path(self.tokenizer)
+        self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+        train = None
+        if tag_set is None:
+            train = read_split(cfg, "train")
+            if train is None:
+                raise BertmodelError("give the training data: --train FILE or --dataset NAME")
+            tag_set = TagSet.from_data(train)
+            if len(tag_set.tags) < 2:
+                raise BertmodelError(f"{train.source}: every word has the tag {tag_set.tags[0]!r}; there is nothing "
+                                     "to learn")
+        self.tags = tag_set
+        if train is not None:
+            self.train_set = WindowSet(self._windows(train), self.pad, self.multiple)
+        validation = read_split(cfg, "validation", tags_required=train is not None)
+        self.validation_sentences = validation
+        self.validation = None
+        if validation is not None:
+            self.validation = WindowSet(self._windows(validation), self.pad, self.multiple)
+            if validation.tags is not None and (unknown := sorted({t for tags in validation.tags for t in tags}
+                                                                   - set(tag_set.tags))):
+                log(f"warning: {validation.source}: tags the training data does not have, never predicted: "
+                    f"{', '.join(unknown[:8])}")
+        if train is not None:
+            windows = self.train_set.windows
+            scheme = f"{train.scheme} tags read as IOB2" if train.scheme not in ("IOB2", "plain") else \
+                ("plain labels" if train.scheme == "plain" else "IOB2 tags")
+            log(f"train: {len(train):,} sentences from {train.source} ({len(tag_set.tags)} tags, {scheme}; "
+                f"{len(windows):,} windows of up to {cfg.max_seq_length} tokens, {windows.split_sentences:,} sentences "
+                f"split into windows)" + (f"; validation: {len(validation):,} sentences from {validation.source}"
+                                          if validation is not None else ""))
+        self.best_metric = best_metric(cfg.metric_for_best, "f1" if tag_set.entities else "accuracy",
+                                       self.metric_names())
+
+    def _windows(self, data: TaggedSentences) -> WordWindows:
+        return encode_words(self.tok, data.words, self.cfg.max_seq_length, data.tags, self.tags.ids,
+                            self.cfg.label_all_tokens)
+
+    def metric_names(self) -> list[str]:
+        """The eval_* metrics each evaluation reports (without the prefix); per entity type
+        `<TYPE>_f1` too, for the types of the tag set."""
+        if not self.tags.entities:
+            return ["accuracy", "loss"]
+        types = sorted({t[2:] for t in self.tags.tags if t != "O"})
+        return ["f1", "precision", "recall", "accuracy", "loss", *(f"{t}_f1" for t in types)]
+
+    @property
+    def has_eval(self) -> bool:
+        return self.validation is not None
+
+    # -- the model -------------------------------------------------------------------
+    def fresh_model(self, log) -> BertForTokenClassification:
+        return start_from(BertForTokenClassification, self.pre, log, init=self.cfg.init,
+                          num_labels=len(self.tags.tags))
+
+    def model_for_checkpoint(self, resume: dict) -> BertForTokenClassification:
+        model = BertForTokenClassification(BertConfig.from_dict(resume["config"]), len(self.tags.tags))
+        model.load_state_dict(resume["model"])
+        return model
+
+    # -- per step ----------------------------------------------------------------------
+    def new_stats(self, device: torch.device) -> TokenStats:
+        return TokenStats(device)
+
+    def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
+        B, T = tensors["input_ids"].shape
+        rows = (extent or {}).get("tokens", B * T)
+        return encoder_flops(config, B, T, **(extent or {})) + 6 * rows * config.hidden_size * len(self.tags.tags)
+
+    # -- evaluation and prediction -------------------------------------------------------
+    def window_logits(self, model, data: WindowSet, device, autocast, batch_size: int,
+                      on_batch=None) -> list[np.ndarray]:
+        """Logits (length, C) of every window of `data`, in order."""
+        lengths = np.diff(data.windows.offsets)
+        out_rows: list[np.ndarray] = []
+
+        def batch_of(rows):
+            batch = data.collate(rows)
+            batch.pop("labels", None)
+            return batch
+
+        for rows, out in forward_all(model, len(data), batch_of, batch_size, device, autocast, on_batch):
+            logits = out.logits.float().cpu().numpy()
+            out_rows.extend(logits[i, :lengths[row]] for i, row in enumerate(rows))
+        return out_rows
+
+    def word_logits(self, windows: WordWindows, logits: list[np.ndarray], sentences: list[list[str]]) -> list[np.ndarray]:
+        """Per sentence, (words, C) logits: each word's first piece, gathered from its window."""
+        out = [np.zeros((len(s), len(self.tags.tags)), np.float32) for s in sentences]
+        for w, window_logits in enumerate(logits):
+            words, rows = windows.word_predictions(w, window_logits)
+            out[windows.sentence[w]][words] = rows
+        return out
+
+    def predict(self, model, sentences: list[list[str]], device, autocast, batch_size: int,
+                on_batch=None) -> list[np.ndarray]:
+        """Per sentence, the (words, C) logits of each word (from its first piece)."""
+        windows = encode_words(self.tok, sentences, self.cfg.max_seq_length)
+        data = WindowSet(windows, self.pad, self.multiple)
+        return self.word_logits(windows, self.window_logits(model, data, device, autocast, batch_size, on_batch),
+                                sentences)
+
+    def scores(self, word_logits: list[np.ndarray], gold: list[list[str]], window_logits: list[np.ndarray],
+               windows: WordWindows) -> dict:
+        predicted = [[self.tags.tags[i] for i in logits.argmax(-1)] for logits in word_logits]
+        labels = windows.labels
+        flat = np.concatenate(window_logits) if window_logits else np.zeros((0, len(self.tags.tags)), np.float32)
+        scored = labels != IGNORE_INDEX
+        loss = float(torch.nn.functional.cross_entropy(torch.from_numpy(flat[scored]),
+                                                       torch.from_numpy(labels[scored]))) if scored.any() else 0.0
+        if not self.tags.entities:
+            correct = sum(p == g for ps, gs in zip(predicted, gold) for p, g in zip(ps, gs))
+            return {"accuracy": correct / max(1, sum(map(len, gold))), "loss": loss}
+        m = entity_metrics(gold, predicted)
+        out = {"f1": m["f1"], "precision": m["precision"], "recall": m["recall"], "accuracy": m["accuracy"],
+               "loss": loss}
+        for kind, figures in m["per_type"].items():
+            for name in ("precision", "recall", "f1"):
+                out[f"{kind}_{name}"] = figures[name]
+        return out
+
+    def evaluate(self, model, d, autocast, on_batch=None) -> dict:
+        """Entity metrics (or accuracy) over every word of the validation set; the word
+        logits are kept for `bertmodel evaluate` to write."""
+        data, sentences = self.validation, self.validation_sentences
+        window_logits = self.window_logits(model, data, d.device, autocast, self.cfg.eval_batch_size, on_batch)
+        word_logits = self.word_logits(data.windows, window_logits, sentences.words)
+        self.last_word_logits = word_logits
+        if sentences.tags is None:
+            return {}
+        return {f"eval_{k}": float(v) for k, v in self.scores(word_logits, sentences.tags, window_logits,
+                                                              data.windows).items()}
+
+    def prediction_records(self, word_logits: list[np.ndarray]) -> list[dict]:
+        """One record per validation sentence: its words, the predicted tags (and each
+        one's probability) and the gold tags when known."""
+        data = self.validation_sentences
+        records = []
+        for i, logits in enumerate(word_logits):
+            probs = torch.softmax(torch.from_numpy(logits).double(), -1).numpy()
+            ids = probs.argmax(-1)
+            record = {"tokens": data.words[i], "tags": [self.tags.tags[j] for j in ids],
+                      "probabilities": [round(float(p), 6) for p in probs[np.arange(len(ids)), ids]]}
+            if data.tags is not None:
+                record["gold"] = data.tags[i]
+            records.append(record)
+        return records
+
+    def predict_entities(self, model, texts: list[str], device, autocast=None) -> list[list[dict]]:
+        """The entities of each text with their characters and scores, as transformers'
+        pipeline("token-classification", aggregation_strategy="first") gives them: each
+        word labelled from its first piece, the label's probability its score."""
+        import contextlib
+
+        from bertmodel.data.classification import as_tokenizer
+
+        tok = as_tokenizer(self.tok)
+        spans = [text_words(tok, text) for text in texts]
+        sentences = [[text[s:e] for s, e in words] for text, words in zip(texts, spans)]
+        present = [i for i, words in enumerate(sentences) if words]  # a blank text has no words
+        logits = self.predict(model, [sentences[i] for i in present], device, autocast or contextlib.nullcontext(),
+                              self.cfg.eval_batch_size)
+        out: list[list[dict]] = [[] for _ in texts]
+        for i, word_logits in zip(present, logits):
+            probs = torch.softmax(torch.from_numpy(word_logits).double(), -1).numpy()
+            ids = probs.argmax(-1)
+            out[i] = group_entities(spans[i], [self.tags.tags[j] for j in ids],
+                                    probs[np.arange(len(ids)), ids].tolist(), texts[i])
+        return out
+
+    def predict_sentences(self, model, sentences: list[list[str]], device) -> list[dict]:
+        """A record per sentence of given words: the words, their predicted tags and each
+        tag's probability."""
+        import contextlib
+
+        logits = self.predict(model, sentences, device, contextlib.nullcontext(), self.cfg.eval_batch_size)
+        records = []
+        for words, word_logits in zip(sentences, logits):
+            probs = torch.softmax(torch.from_numpy(word_logits).double(), -1).numpy()
+            ids = probs.argmax(-1)
+            records.append({"tokens": words, "tags": [self.tags.tags[j] for j in ids],
+                            "probabilities": [round(float(p), 6) for p in probs[np.arange(len(ids)), ids]]})
+        return records
+
+    def inputs(self) -> dict:
+        """What this run trains and evaluates on (compared on resume: training/run_dir.py)."""
+        cfg = self.cfg
+        return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation"),
+                "columns": {"tokens": cfg.tokens_column, "tags": cfg.tags_column},
+                "label_all_tokens": cfg.label_all_tokens, "labels": self.tags.to_dict()}
+
+    def state(self) -> dict:
+        tags = self.tags.tags
+        return {"name": self.name, "architecture": self.architecture, "tag_set": self.tags.to_dict(),
+                "hf_config": {"num_labels": len(tags), "id2label": dict(enumerate(tags)),
+                              "label2id": {t: i for i, t in enumerate(tags)}},
+                "options": self.cfg.data_options()}
+
+
+def group_entities(words: list[tuple[int, int]], labels: list[str], scores: list[float], text: str) -> list[dict]:
+    """Entities of one text from its words' (start, end) characters, labels and scores,
+    grouped as transformers' token-classification pipeline groups words: a word joins
+    the entity before it when it has the same type and is not a B- tag; O is dropped;
+    an entity's score is the mean of its words' scores."""
+    entities, current = [], None
+    for (start, end), label, score in zip(words, labels, scores):
+        bi, kind = ("B", label[2:]) if label.startswith("B-") else ("I", label[2:]) if label.startswith("I-") \
+            else ("I", label)
+        if current is not None and kind == current["kind"] and bi != "B":
+            current["end"] = end
+            current["scores"].append(score)
+            continue
+        current = {"kind": kind, "start": start, "end": end, "scores": [score]}
+        entities.append(current)
+    return [{"entity_group": e["kind"], "score": float(np.mean(e["scores"])), "word": text[e["start"]:e["end"]],
+             "start": e["start"], "end": e["end"]} for e in entities if e["kind"] != "O"]
+
+
+def text_words(tok, text: str) -> list[tuple[int, int]]:
+    """The (start, end) characters of each word of `text` as the model's tokenizer splits
+    it: a word is a first piece and the "##" pieces after it (what transformers'
+    pipeline calls a word with aggregation_strategy="first")."""
+    encoding = tok.tokenizer.encode(text, add_special_tokens=False)
+    words: list[list[int]] = []
+    for token, (start, end) in zip(encoding.tokens, encoding.offsets):
+        if token.startswith("##") and words:
+            words[-1][1] = end
+        else:
+            words.append([start, end])
+    return [(s, e) for s, e in words]
