@@ -69,7 +69,7 @@ def summarize(suite: Suite, results: list[dict], *, model: str, data_dir: Path, 
     table's scale: value x scale), the chosen point per task and the average."""
     tasks = [task_summary(t, [r for r in results if r["task"] == t.name]) for t in suite.tasks]
     scored = [t["mean"] for t in tasks if t["mean"] is not None]
-    return {"suite": suite.name, "suite_file": str(suite.path), "description": suite.description,
+    return {"suite": suite.name, "suite_file": str(suite.path.resolve()), "description": suite.description,
             "model": model, "data_dir": str(data_dir), "seeds": suite.seeds,
             "average": statistics.fmean(scored) if scored else None, "average_of": len(scored),
             "runs": len(results), "failed": sum(r.get("status") != "ok" for r in results),

@@ -227,7 +227,7 @@ class _Reader:
         for task_name in names:
             if names.count(task_name) > 1:
                 self.fail(f"task {task_name!r}", "two tasks have this name")
-        return Suite(name=name, path=self.path, description=description.strip(), seeds=seeds, data_dir=data_dir,
+        return Suite(name=name, path=self.path, description=" ".join(description.split()), seeds=seeds, data_dir=data_dir,
                      tasks=specs)
 
     def task(self, raw: dict, number: int, defaults: dict, suite_grid: dict) -> TaskSpec:
