@@ -14,8 +14,8 @@ COMMANDS = [(bertprep_main, name) for name in bertprep_main.commands] + [
 def test_the_command_sets():
     assert set(bertprep_main.commands) == {"train-tokenizer", "encode", "build-shards", "inspect", "stdlib-corpus"}
     assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "fill-mask",
-                                            "demo", "plot"}
-    assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa"}
+                                            "demo", "plot", "eval-suite"}
+    assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa", "tokens", "choice"}
 
 
 @pytest.mark.parametrize("group, name", COMMANDS, ids=[name for _, name in COMMANDS])
@@ -40,12 +40,16 @@ def test_group_help_and_version(group, prog):
     assert result.exit_code == 0 and result.output.startswith(f"{prog}, version ")
 
 
-CLASSIFY_ONLY = {"--text-column", "--text-pair-column", "--label-column", "--no-header", "--num-labels"}
+CLASSIFY_ONLY = {"--text-column", "--text-pair-column", "--no-header", "--num-labels"}
 QA_ONLY = {"--doc-stride", "--max-query-length", "--version-2", "--null-threshold", "--n-best",
            "--max-answer-length"}
+TOKENS_ONLY = {"--tokens-column", "--tags-column", "--label-all-tokens"}
+CHOICE_ONLY = {"--context-column", "--question-column", "--choices-column", "--choice-columns"}
+OWN = {"classify": CLASSIFY_ONLY, "qa": QA_ONLY, "tokens": TOKENS_ONLY, "choice": CHOICE_ONLY}
 
 
-@pytest.mark.parametrize("name, own, other", [("classify", CLASSIFY_ONLY, QA_ONLY), ("qa", QA_ONLY, CLASSIFY_ONLY)])
+@pytest.mark.parametrize("name, own, other", [(name, own, set().union(*(o for n, o in OWN.items() if n != name)))
+                                              for name, own in OWN.items()])
 def test_each_finetune_task_takes_and_shows_only_its_own_options(name, own, other):
     group = bertmodel_main.commands["finetune"]
     options = {opt for param in group.commands[name].params for opt in param.opts}
@@ -77,11 +81,13 @@ def test_evaluate_takes_both_tasks_options_and_says_which_task_each_is_for():
     command = bertmodel_main.commands["evaluate"]
     given = command.make_context("evaluate", ["."]).params
     shown = " ".join(CliRunner().invoke(bertmodel_main, ["evaluate", "--help"]).output.split())
+    every = set().union(*OWN.values()) - {"--num-labels"}
     for param in command.params:
-        if param.opts[0] in CLASSIFY_ONLY - {"--num-labels"}:
-            assert param.help.endswith(" (classify)."), param.opts[0]
-        elif param.opts[0] in QA_ONLY:
-            assert param.help.endswith(" (qa)."), param.opts[0]
-        if param.opts[0] in CLASSIFY_ONLY | QA_ONLY:
+        for name, own in OWN.items():
+            if param.opts[0] in own - {"--num-labels"}:
+                assert param.help.endswith(f" ({name})."), param.opts[0]
+        if param.opts[0] == "--label-column":  # the label of a classifier and the right choice's index
+            assert param.help.endswith(" (classify, choice)."), param.help
+        if param.opts[0] in every | {"--label-column"}:
             assert given[param.name] is None, param.opts[0]  # absent: the run's own option
     assert "Data options default to those the run was trained with" in shown
