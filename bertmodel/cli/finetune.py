@@ -15,7 +15,8 @@ from bertprep.cli.kit import OneLineErrors, user_errors
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
 NO_ANSWER = "(no answer)"  # how predict shows SQuAD v2.0's empty answer on the command line
 UNPAD_HELP = ("on: compute only the real tokens of each batch (packed); off: padded; auto: what measured faster on "
-              "the device (packed for classification on the CPU, padded otherwise; QA is always padded).")
+              "the device (packed for classification, token classification and multiple choice on the CPU, padded "
+              "otherwise; QA is always padded).")
 
 
 def _opt(name: str, defaults: bool = True, **kwargs):

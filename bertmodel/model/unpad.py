@@ -98,14 +98,20 @@ class Packing:
         return self.pack(y) if queries_per_seq is None else y.reshape(-1, H)
 
 
+# Heads whose batches are mostly padding and measured faster packed on a CPU (resolve).
+PACKED_ON_CPU = ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice")
+
+
 def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = None) -> str | None:
     """--unpad auto|on|off on this device -> the kernel to use, or None (padded).
 
     auto: what benchmarks/bench_train_step.py measured as faster. On a 2-core CPU (load
     1.8) the packed step took 0.96-1.05x the padded one on full-length pre-training
     batches (8 x 128; 1.01x at 4 x 512: nothing to save there), so pre-training stays
-    padded; on SST-2-like classification batches (54% padding) it took 0.52x, so
-    sequence classification on the CPU runs packed (repad). On CUDA
+    padded; on SST-2-like classification batches (54% padding) it took 0.52x, on
+    CoNLL-2003 token classification batches of 16 sentences (54% padding, MiniLM) 0.60x
+    and on e-CARE multiple-choice batches of 16 x 2 (35% padding) 0.71x, so those three
+    heads run packed (repad) on the CPU. On CUDA
     the jagged kernel is what unpadding is for, but it has not been measured on a GPU,
     so auto stays padded there too until benchmarks/gpu_check.py says otherwise.
     """
@@ -113,8 +119,7 @@ def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = Non
         raise BertmodelError(f"unpad must be auto, on or off, got {mode!r}")
     if mode == "on":
         return "jagged" if device.type == "cuda" else "repad"
-    if mode == "auto" and device.type == "cpu" and getattr(model, "hf_architecture", "") == \
-            "BertForSequenceClassification":
+    if mode == "auto" and device.type == "cpu" and getattr(model, "hf_architecture", "") in PACKED_ON_CPU:
         return "repad"
     return None
 
