@@ -180,28 +180,37 @@ def test_the_point_with_the_best_mean_counts_and_its_mean_and_sd_are_right(tmp_p
                        + TASK.replace('"rte"', '"ppl"') + 'metric = "loss"\ngrid = { lr = [1e-5, 2e-5] }\n')
     suite = load_suite(path)
     results = (recorded("rte", "lr=2e-05", [0.6, 0.7, 0.8])      # the best seed, but not the best mean
-               + recorded("rte", "lr=3e-05", [0.75, None, 0.72])  # one run failed
+               + recorded("rte", "lr=3e-05", [0.75, None, 0.72])  # a better mean, but one run failed
                + recorded("squad", "default", [80.0, 82.0, 84.0])
                + recorded("ppl", "lr=1e-05", [0.5, 0.7, 0.6]) + recorded("ppl", "lr=2e-05", [0.4, 0.5, 0.6]))
     summary = summarize(suite, results, model="/m/bert", data_dir=tmp_path, wall_seconds=60.0)
     rte, squad, ppl = summary["tasks"]
     assert [(p["name"], p["seeds"]) for p in rte["points"]] == [("lr=2e-05", 3), ("lr=3e-05", 2)]
     assert rte["points"][0]["mean"] == pytest.approx(70.0) and rte["points"][0]["std"] == pytest.approx(10.0)
-    assert (rte["chosen"], rte["seeds"], rte["failed"], rte["scale"]) == ("lr=3e-05", 2, 1, 100)
-    assert rte["mean"] == pytest.approx(73.5) and rte["std"] == pytest.approx(2.1213203)  # sd of 75, 72 (n - 1)
+    assert rte["points"][1]["mean"] == pytest.approx(73.5) and rte["points"][1]["std"] == pytest.approx(2.1213203)
+    # the complete point counts: a failed seed must not lift a point's mean
+    assert (rte["chosen"], rte["seeds"], rte["failed"], rte["scale"]) == ("lr=2e-05", 3, 1, 100)
+    assert rte["mean"] == pytest.approx(70.0) and rte["std"] == pytest.approx(10.0)  # sd of 60, 70, 80 (n - 1)
     assert (squad["scale"], squad["mean"], squad["std"]) == (1, pytest.approx(82.0), pytest.approx(2.0))
     assert (ppl["chosen"], ppl["greater_is_better"], ppl["mean"]) == ("lr=2e-05", False, pytest.approx(0.5))
-    assert summary["average"] == pytest.approx((73.5 + 82.0 + 0.5) / 3)
+    assert (summary["average"], summary["average_of"]) == (pytest.approx((70.0 + 82.0) / 2), 2)  # not the loss
     assert (summary["runs"], summary["failed"], summary["run_seconds"]) == (15, 1, 142.0)
     assert format_table(summary).splitlines() == [
         "suite: /m/bert (seeds 1, 2, 3)",
-        "task     metric    score         seeds  grid point",
-        "rte      accuracy  73.50 ± 2.12  2/3    lr=3e-05",
-        "squad    f1        82.00 ± 2.00  3      default",
-        "ppl      loss       0.50 ± 0.10  3      lr=2e-05",
-        "-------  --------  ------------  -----  ----------",
-        "average            52.00                (3 tasks)",
+        "task     metric    score          seeds  grid point",
+        "rte      accuracy  70.00 ± 10.00  3      lr=2e-05",
+        "squad    f1        82.00 ±  2.00  3      default",
+        "ppl      loss       0.50 ±  0.10  3      lr=2e-05",
+        "-------  --------  -------------  -----  --------------",
+        "average            76.00                 (2 of 3 tasks)",
         "score: mean ± sd over seeds at the grid point with the best mean on validation; 0-1 metrics x100"]
+
+
+def test_where_no_point_has_every_seed_the_best_partial_one_counts(tmp_path):
+    suite = load_suite(write_suite(tmp_path, TASK + "grid = { lr = [2e-5, 3e-5] }\n"))
+    results = recorded("rte", "lr=2e-05", [0.6, None, 0.7]) + recorded("rte", "lr=3e-05", [None, 0.8, 0.75])
+    rte = summarize(suite, results, model="m", data_dir=tmp_path, wall_seconds=1)["tasks"][0]
+    assert (rte["chosen"], rte["seeds"], rte["mean"]) == ("lr=3e-05", 2, pytest.approx(77.5))
 
 
 def test_a_task_without_any_result_is_named_and_left_out_of_the_average(tmp_path):
@@ -303,3 +312,12 @@ options = {{ text_column = "nope" }}
                 "--device", "cpu", "--text-column", "nope"]
     assert planned[6] == (f"[6/6] bad seed 2 default: bertmodel {shlex.join(bad_argv)} > "
                           f"{out / 'bad' / 'default' / 'seed-2.log'}")
+
+    # The model re-exported to the same path (more training, another checkpoint): the
+    # finished runs are not its scores, and rerunning them would resume the old runs.
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())
+    changed = CliRunner().invoke(main, args + ["--tasks", "good"])
+    assert changed.exit_code == 1
+    assert changed.stderr.splitlines()[-1] == (f"Error: {out / 'good' / 'lr=0.001' / 'seed-1'}: finished with another "
+                                               "model than is at the same path now; use a new --out for the new one")

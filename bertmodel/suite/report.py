@@ -5,7 +5,7 @@ bar chart with error bars.
 
 Scores sit on one 0-100 scale so tasks can be averaged: metrics in 0..1 (accuracy, f1,
 mcc, ... of classify, tokens and choice) are multiplied by 100, SQuAD's exact_match and
-f1 (qa) already are percentages, and losses are left as they are.
+f1 (qa) already are percentages; losses are left as they are and out of the average.
 """
 from __future__ import annotations
 
@@ -41,12 +41,15 @@ def point_summary(name: str, options: dict, runs: list[dict], factor: int) -> di
 
 
 def best_point(points: list[dict], greater: bool = True) -> dict | None:
-    """The point with the best mean (the first of equals, in grid order); None when no
-    point has a result."""
+    """The point with the best mean (the first of equals, in grid order) among those whose
+    every seed has a result: a failed seed must not lift a point's mean (a diverged run
+    is often the one that failed). Only where no point is complete does the best partial
+    one count (the table shows its seeds as k/n). None when no point has a result."""
     scored = [p for p in points if p["mean"] is not None]
+    complete = [p for p in scored if p["seeds"] == len(p["runs"])]
     if not scored:
         return None
-    return (max if greater else min)(scored, key=lambda p: p["mean"])
+    return (max if greater else min)(complete or scored, key=lambda p: p["mean"])
 
 
 def task_summary(task: TaskSpec, results: list[dict]) -> dict:
@@ -68,7 +71,8 @@ def summarize(suite: Suite, results: list[dict], *, model: str, data_dir: Path, 
     """Everything results.json holds: every run's value, each point's mean/std (on the
     table's scale: value x scale), the chosen point per task and the average."""
     tasks = [task_summary(t, [r for r in results if r["task"] == t.name]) for t in suite.tasks]
-    scored = [t["mean"] for t in tasks if t["mean"] is not None]
+    # The average is of scores on the 0-100 scale; a loss (lower is better) is not one.
+    scored = [t["mean"] for t in tasks if t["mean"] is not None and t["greater_is_better"]]
     return {"suite": suite.name, "suite_file": str(suite.path.resolve()), "description": suite.description,
             "model": model, "data_dir": str(data_dir), "seeds": suite.seeds,
             "average": statistics.fmean(scored) if scored else None, "average_of": len(scored),

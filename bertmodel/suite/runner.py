@@ -10,6 +10,8 @@ the log says why). One failed run is reported with its log and the others go on.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import shlex
@@ -24,6 +26,7 @@ from typing import Callable
 from bertmodel.errors import BertmodelError
 from bertmodel.suite.spec import GridPoint, Suite, TaskSpec, format_value
 from bertmodel.training.checkpoint import read_best
+from bertmodel.training.run_dir import sha256_of
 
 INTERRUPT_GRACE_S = 120  # a run stopped by Ctrl-C finishes its step and saves a checkpoint first
 
@@ -37,6 +40,9 @@ class Run:
     """OUT/TASK/POINT/seed-S: the fine-tuning run's own directory."""
     argv: tuple[str, ...]
     """The `bertmodel finetune ...` arguments (the interpreter and `-m bertmodel.cli` go before)."""
+    inputs: str = ""
+    """What the model and data files at those paths hold now (JSON of input_identity):
+    a finished run counts only for the same, not for a model re-exported to the same path."""
 
     @property
     def log(self) -> Path:
@@ -72,30 +78,54 @@ def data_path(data_dir: Path, name: str) -> Path:
     return (data_dir / Path(name).expanduser()).resolve()
 
 
+def input_identity(path: str) -> dict:
+    """What a path holds, cheaply: a file by its content's sha256; a directory (a model:
+    a run, a checkpoint or a transformers dir) by the names, sizes and modification times
+    of its files, so a re-export or more training at the same path is another model
+    without reading gigabytes of checkpoints; anything else (random:PRESET) by its name."""
+    p = Path(path)
+    if p.is_file():
+        return {"sha256": sha256_of(p)}
+    if p.is_dir():
+        listing = sorted((str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns)
+                         for f in p.rglob("*") if f.is_file())
+        return {"files": len(listing), "listing_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}
+    return {"name": str(path)}
+
+
 def plan_runs(suite: Suite, model: str, out: Path, data_dir: Path) -> list[Run]:
     """Task by task, grid point by grid point, seed by seed."""
     runs = []
+    identity = functools.lru_cache(maxsize=None)(input_identity)
     for task in suite.tasks:
+        train, validation = str(data_path(data_dir, task.train)), str(data_path(data_dir, task.validation))
+        inputs = json.dumps({"model": identity(model), "train": identity(train), "validation": identity(validation)},
+                            sort_keys=True)
         for point in task.points():
             for seed in suite.seeds:
                 run_dir = out / task.name / point.name / f"seed-{seed}"
-                argv = ("finetune", task.command, "--model", model,
-                        "--train", str(data_path(data_dir, task.train)),
-                        "--validation", str(data_path(data_dir, task.validation)),
+                argv = ("finetune", task.command, "--model", model, "--train", train, "--validation", validation,
                         "--out", str(run_dir), "--seed", str(seed), "--metric-for-best", task.metric,
                         "--no-progress", *option_args({**task.options, **point.options}))
-                runs.append(Run(task, point, seed, run_dir, argv))
+                runs.append(Run(task, point, seed, run_dir, argv, inputs))
     return runs
 
 
 def finished(run: Run) -> dict | None:
-    """The run's record when it finished with exactly this command, else None."""
+    """The run's record when it finished with exactly this command on the same inputs,
+    else None. A run that finished with this command on other inputs (the model or data
+    at those paths changed since) is an error: rerunning it would resume the old run."""
     try:
         record = json.loads(run.record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("argv") != list(run.argv) or "value" not in record:
         return None
+    if run.inputs and record.get("inputs") != json.loads(run.inputs):
+        changed = [k for k, v in json.loads(run.inputs).items() if (record.get("inputs") or {}).get(k) != v]
+        raise BertmodelError(f"{run.out}: finished with another {' and '.join(changed) or 'input'} than "
+                             f"{'is' if len(changed) < 2 else 'are'} at the same path now; use a new --out for "
+                             "the new one")
     return record
 
 
@@ -207,6 +237,7 @@ def run_all(runs: list[Run], log: Callable[[str], None]) -> list[dict]:
         timing = duration(seconds) + (f"; ETA {eta(spent / number * left)}" if left else "")
         if result["status"] == "ok":
             result["argv"] = list(run.argv)
+            result["inputs"] = json.loads(run.inputs) if run.inputs else None
             _write_json(run.record, result)
             log(f"[{number}/{len(todo)}] {run.label}: {run.task.metric} {result['value']:.4f} ({timing})")
         else:
