@@ -51,7 +51,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     saved = dict(pre.head.get("options") or {})
     saved.update({k: v for k, v in options.items() if v is not None})
     saved.pop("train", None)
-    if options.get("validation") or options.get("dataset"):
+    if options.get("validation") or options.get("dataset") or options.get("validation_split"):
         saved.pop("max_eval_examples", None)  # other data is evaluated whole
     if not read_validation:
         saved.update(validation=None, dataset=None)
@@ -221,11 +221,15 @@ def _tag_file(task, net, d, path) -> list[dict]:
     path = Path(path)
     if path.is_dir() or path.suffix.lower() in TABLE_SUFFIXES | {".csv", ".tsv"}:
         table = _open_table(path)
-        if not table.has(task.cfg.tokens_column) and table.has("text"):
+        words = table.has(task.cfg.tokens_column) and path.suffix.lower() not in (".csv", ".tsv")  # lists of words
+        if not words:
+            if not table.has("text"):
+                raise BertmodelError(f"{path}: no {task.cfg.tokens_column!r} column of word lists and no 'text' "
+                                     "column; give texts in 'text', or words as CoNLL lines or JSONL lists")
             texts = table.texts("text", blank_ok=True)
             return [{"text": t, "entities": e} for t, e in zip(texts, task.predict_entities(net, texts, d.device))]
     data = read_tagged(path, tokens_column=task.cfg.tokens_column, tags_column=task.cfg.tags_column,
-                       tags_required=False)
+                       tags_required=False, tag_names=task.tags.tags)
     records = task.predict_sentences(net, data.words, d.device)
     if data.tags is not None:
         for record, gold in zip(records, data.tags):

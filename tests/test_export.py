@@ -152,3 +152,21 @@ def test_export_hf_command_round_trips(small, tmp_path):
         assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())
     result = CliRunner().invoke(main, ["export-hf", str(tmp_path), str(tmp_path / "c")])
     assert result.exit_code == 1 and "not a run, checkpoint or Hugging Face model directory" in result.output
+
+
+@pytest.mark.parametrize("vocab, lower", [("bert-base-cased-vocab.txt", False), ("bert-base-uncased-vocab.txt", True)])
+def test_a_bare_vocab_is_exported_cased_or_not_as_it_was_read(tmp_path, vocab, lower):
+    """A bare vocab.txt says nothing of casing; our loader reads it as uncased only when no
+    token has an upper-case letter. The export must say the same, or transformers (and
+    our own evaluate) would lower-case text a cased model was trained on."""
+    path = SHARED / "data" / vocab
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (the shared data)")
+    transformers = pytest.importorskip("transformers")
+    tok = tokenizer_info(path)
+    assert tok.lowercase is None  # nothing in a bare vocab.txt says it
+    out = export_hf(BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size)), tmp_path / "hf",
+                    tokenizer=tok)
+    assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is lower
+    loaded = transformers.AutoTokenizer.from_pretrained(out)
+    assert (loaded.tokenize("Paris")[0] == "paris") is lower

@@ -180,8 +180,11 @@ def test_token_classification_trains_step_by_step_as_transformers(packed):
     batches = []
     for start in range(0, 32, 4):
         batch = {k: torch.from_numpy(v) for k, v in windows.collate(np.arange(start, start + 4), 0, 1).items()}
-        assert (batch["attention_mask"] == 0).any() or start  # padding and unscored pieces both occur
         batches.append((batch, dict(batch)))
+    masks = torch.cat([b["attention_mask"].flatten() for b, _ in batches])
+    labels = torch.cat([b["labels"].flatten() for b, _ in batches])
+    assert (masks == 0).any()  # padding occurs ...
+    assert ((labels == IGNORE_INDEX) & (masks == 1)).sum() > 64  # ... and so do real pieces the loss skips
     train_both(ours, theirs, batches, clip=3.6)  # between the run's smallest and largest norm (3.2-4.0)
 
 
@@ -238,6 +241,8 @@ def test_finetune_tokens_end_to_end_exports_predicts_and_evaluates(tmp_path):
     assert shown.returncode == 0, shown.stderr
     scores = json.loads(shown.stdout)
     assert {"f1", "precision", "recall", "accuracy"} <= set(scores)
+    best = json.loads((run / "best.json").read_text())  # the run's own evaluation of the model it kept
+    assert best["metric"] == "f1" and scores["f1"] == pytest.approx(best["value"], abs=1e-9)
     lines = (run / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == 40
     first = json.loads(lines[0])
@@ -248,3 +253,34 @@ def test_finetune_tokens_end_to_end_exports_predicts_and_evaluates(tmp_path):
     words.write_text("Ada\nLovelace\n\nLondon\ncalling\n")
     tagged = [json.loads(line) for line in bertmodel("predict", run, "--file", words).stdout.splitlines()]
     assert [len(r["tags"]) for r in tagged] == [2, 2]
+
+
+def test_a_pretrained_head_is_kept_only_for_the_same_head_and_classes(tmp_path):
+    """Heads share tensor names (classifier.*): a NER head whose labels are in another
+    order fits ours row for row on the wrong classes, a regression head fits a choice
+    scorer. Only the same class with the same labels keeps its head."""
+    from bertmodel.hf import export_hf, load_pretrained
+    from bertmodel.model import BertForMultipleChoice, BertForSequenceClassification
+    from bertmodel.tasks.finetuning import start_from
+
+    config = tiny(50)
+    torch.manual_seed(0)
+    source = BertForTokenClassification(config, 3)
+    tags = ["O", "B-PER", "I-PER"]
+    export_hf(source, tmp_path / "ner", head_config={"num_labels": 3, "id2label": dict(enumerate(tags)),
+                                                      "label2id": {t: i for i, t in enumerate(tags)}})
+    pre = load_pretrained(tmp_path / "ner")
+    same, log = start_from(BertForTokenClassification, pre, [].append, labels=tags, num_labels=3), []
+    torch.testing.assert_close(same.classifier.weight, source.classifier.weight)
+    other = start_from(BertForTokenClassification, pre, log.append, labels=["O", "B-LOC", "I-LOC"], num_labels=3)
+    assert not torch.equal(other.classifier.weight, source.classifier.weight)
+    assert "the head of" in log[0] and "its labels (O, B-PER, I-PER) are not this run's (O, B-LOC, I-LOC)" in log[0]
+    torch.testing.assert_close(other.bert.encoder.layer[0].attention.self.query.weight,
+                               source.bert.encoder.layer[0].attention.self.query.weight)  # the encoder is kept
+
+    regression = BertForSequenceClassification(config, 1)
+    export_hf(regression, tmp_path / "stsb", head_config={"num_labels": 1})
+    log = []
+    scorer = start_from(BertForMultipleChoice, load_pretrained(tmp_path / "stsb"), log.append)
+    assert not torch.equal(scorer.classifier.weight, regression.classifier.weight)
+    assert "a BertForSequenceClassification head" in log[0]

@@ -317,7 +317,9 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
 @click.option("--pair", "pairs", multiple=True, help="Second text of each pair, in order (classify).")
 @click.option("--file", "file", type=EXISTING, help="Records to predict: JSONL, CSV, TSV, Parquet or a save_to_disk "
               "dir. Classify: the run's text (and text-pair) columns, or text (and text_pair). QA: question, context "
-              "and optionally id, or SQuAD JSON. Writes JSONL.")
+              "and optionally id, or SQuAD JSON. Tokens: words as CoNLL lines or the run's tokens column (a tag per "
+              "word), or a text column (its entities). Choice: the run's context, question and choice columns. "
+              "Writes JSONL.")
 @click.option("--out", type=click.Path(dir_okay=False), help="With --file: write the JSONL here [default: stdout].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @click.option("--question", help="A question (QA models).")

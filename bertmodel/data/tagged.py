@@ -58,20 +58,22 @@ class TaggedSentences:
 
 def read_tagged(path=None, *, dataset: str | None = None, dataset_config: str | None = None,
                 split: str | None = None, tokens_column: str = "tokens", tags_column: str | None = None,
-                tags_required: bool = True) -> TaggedSentences:
-    """Sentences of a CoNLL file, a table file, a save_to_disk dir or a hub dataset."""
+                tags_required: bool = True, tag_names: list[str] | None = None) -> TaggedSentences:
+    """Sentences of a CoNLL file, a table file, a save_to_disk dir or a hub dataset.
+    tag_names: how integer tags are read where the data declares no names (a trained
+    model's tag set, whose ids they are)."""
     if path is not None:
         path = Path(path)
         if not path.exists():
             raise BertmodelError(f"{path}: no such file or directory")
         if path.is_dir() or path.suffix.lower() in TABLE_SUFFIXES:
             table = open_table(path, split=split if path.is_dir() else None)
-            data = _from_table(table, tokens_column, tags_column, tags_required)
+            data = _from_table(table, tokens_column, tags_column, tags_required, tag_names)
         else:
             data = read_conll(path, tags_required)
     elif dataset:
         table = open_hub_table(dataset, config=dataset_config, split=split or "train")
-        data = _from_table(table, tokens_column, tags_column, tags_required)
+        data = _from_table(table, tokens_column, tags_column, tags_required, tag_names)
     else:
         raise BertmodelError("give the data: a file or --dataset NAME")
     if not len(data):
@@ -124,7 +126,8 @@ def read_conll(path: Path, tags_required: bool = True) -> TaggedSentences:
     return TaggedSentences(words, tags if tagged else None, str(path), np.asarray(starts, np.int64))
 
 
-def _from_table(table: Table, tokens_column: str, tags_column: str | None, tags_required: bool) -> TaggedSentences:
+def _from_table(table: Table, tokens_column: str, tags_column: str | None, tags_required: bool,
+                tag_names: list[str] | None = None) -> TaggedSentences:
     lines = table.line_numbers
     record = table.record
     words = table.get(table.column(tokens_column, "tokens"))
@@ -145,7 +148,7 @@ def _from_table(table: Table, tokens_column: str, tags_column: str | None, tags_
     elif not table.has(tags_column) and not tags_required:
         return TaggedSentences(words, None, table.source, lines)
     column = table.column(tags_column, "tags")
-    names = table.class_names.get(column)
+    names = table.class_names.get(column) or (list(tag_names) if tag_names else None)
     tags = []
     for i, (sentence, value) in enumerate(zip(words, table.get(column))):
         if not isinstance(value, (list, tuple)):

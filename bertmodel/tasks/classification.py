@@ -138,6 +138,7 @@ class ClassificationTask:
     # -- the model -------------------------------------------------------------------
     def fresh_model(self, log) -> BertForSequenceClassification:
         return start_from(BertForSequenceClassification, self.pre, log, init=self.cfg.init,
+                          labels=list(self.labels.id2label().values()),
                           num_labels=self.labels.num_labels)
 
     def model_for_checkpoint(self, resume: dict) -> BertForSequenceClassification:

@@ -4,6 +4,7 @@ padding policy, whole-set evaluation in fixed order, and FLOPs of an encoder pas
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -75,20 +76,50 @@ def check_length(max_seq_length: int, config: BertConfig, source) -> None:
                              f"{config.max_position_embeddings} positions")
 
 
-def start_from(model_cls, pre: Pretrained, log, init: str = "pretrained", **head) -> torch.nn.Module:
+def start_from(model_cls, pre: Pretrained, log, init: str = "pretrained", labels: list[str] | None = None,
+               **head) -> torch.nn.Module:
     """A head model with the pretrained encoder (and head, where the source has the
     same one); what was initialised anew or left out is logged. init "random": the
     source's shape only, every weight drawn afresh (normal(0.02), from the run's seed):
-    the control that shows what pre-training bought."""
+    the control that shows what pre-training bought.
+
+    The source's head is kept only where it is the same head for the same classes: the
+    same transformers class and, where the task has labels, the same labels in the same
+    order. Heads share tensor names (`classifier.*`), so a regression head would fit a
+    choice scorer and a NER head with its labels in another order would fit ours, row
+    for row on the wrong classes."""
     model = model_cls(pre.config, **head)
     if init == "random" or not pre.state_dict:
         log(f"initialised at random in the shape of {pre.source} ({pre.config.num_hidden_layers} layers, hidden "
             f"{pre.config.hidden_size}): no pre-trained weights")
         return model
-    for note in load_into(model, pre):
+    source = pre
+    theirs = source_labels(pre)
+    if pre.architecture != model_cls.hf_architecture or (labels is not None and theirs != list(labels)):
+        ours = _head_names(model)  # the source's other tensors (an MLM head) load_into reports as unused
+        kept = {k: v for k, v in pre.state_dict.items() if k.startswith("bert.") or k.split(".")[0] not in ours}
+        if len(kept) < len(pre.state_dict):
+            why = (f"a {pre.architecture} head" if pre.architecture != model_cls.hf_architecture
+                   else f"its labels ({', '.join(theirs or [])}) are not this run's ({', '.join(labels)})")
+            log(f"the head of {pre.source} is not used: {why}")
+        source = dataclasses.replace(pre, state_dict=kept)
+    for note in load_into(model, source):
         log(note)
     log(f"initialised from {pre.source} ({pre.architecture})")
     return model
+
+
+def source_labels(pre: Pretrained) -> list[str] | None:
+    """The classes of a pretrained head in id order (config.json's id2label), or None."""
+    id2label = (pre.head.get("hf_config") or {}).get("id2label") or pre.head.get("id2label")
+    if not id2label:
+        return None
+    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+
+
+def _head_names(model: torch.nn.Module) -> set[str]:
+    """The model's top-level modules other than the encoder (its head)."""
+    return {name for name, _ in model.named_children() if name != "bert"}
 
 
 LOWER_IS_BETTER = ("loss", "mse")

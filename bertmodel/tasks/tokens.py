@@ -20,7 +20,7 @@ import torch
 from bertmodel.data.tagged import TaggedSentences, read_tagged
 from bertmodel.data.word_windows import IGNORE_INDEX, WordWindows, encode_words
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.entities import entity_metrics
+from bertmodel.eval.entities import entity_metrics, to_iob2
 from bertmodel.model import BertForTokenClassification
 from bertmodel.model.config import BertConfig
 from bertmodel.tasks.finetuning import (best_metric, check_length, encoder_flops, forward_all, open_model,
@@ -53,13 +53,14 @@ class TagSet:
         return cls(tuple(data["tags"]), bool(data["entities"]))
 
 
-def read_split(cfg, which: str, tags_required: bool = True) -> TaggedSentences | None:
+def read_split(cfg, which: str, tags_required: bool = True, tag_names=None) -> TaggedSentences | None:
     path = getattr(cfg, which)
     split = getattr(cfg, f"{which}_split")
     if not path and not cfg.dataset:
         return None
     data = read_tagged(path, dataset=None if path else cfg.dataset, dataset_config=cfg.dataset_config, split=split,
-                       tokens_column=cfg.tokens_column, tags_column=cfg.tags_column, tags_required=tags_required)
+                       tokens_column=cfg.tokens_column, tags_column=cfg.tags_column, tags_required=tags_required,
+                       tag_names=tag_names)
     return cfg.first(data, which)
 
 
@@ -125,7 +126,8 @@ class TokenClassificationTask:
         self.tags = tag_set
         if train is not None:
             self.train_set = WindowSet(self._windows(train), self.pad, self.multiple)
-        validation = read_split(cfg, "validation", tags_required=train is not None)
+        # Integer tags without names of their own are ids of this tag set (a trained model's).
+        validation = read_split(cfg, "validation", tags_required=train is not None, tag_names=tag_set.tags)
         self.validation_sentences = validation
         self.validation = None
         if validation is not None:
@@ -142,6 +144,10 @@ class TokenClassificationTask:
                 f"{len(windows):,} windows of up to {cfg.max_seq_length} tokens, {windows.split_sentences:,} sentences "
                 f"split into windows)" + (f"; validation: {len(validation):,} sentences from {validation.source}"
                                           if validation is not None else ""))
+        for name, data in (("train", getattr(self, "train_set", None)), ("validation", self.validation)):
+            if data is not None and data.windows.cut_words:  # the only thing a window ever cuts
+                log(f"warning: {name}: {data.windows.cut_words:,} words longer than a window of "
+                    f"{cfg.max_seq_length} tokens lost their last pieces (each is still predicted from its first)")
         self.best_metric = best_metric(cfg.metric_for_best, "f1" if tag_set.entities else "accuracy",
                                        self.metric_names())
 
@@ -163,7 +169,7 @@ class TokenClassificationTask:
 
     # -- the model -------------------------------------------------------------------
     def fresh_model(self, log) -> BertForTokenClassification:
-        return start_from(BertForTokenClassification, self.pre, log, init=self.cfg.init,
+        return start_from(BertForTokenClassification, self.pre, log, init=self.cfg.init, labels=list(self.tags.tags),
                           num_labels=len(self.tags.tags))
 
     def model_for_checkpoint(self, resume: dict) -> BertForTokenClassification:
@@ -216,6 +222,9 @@ class TokenClassificationTask:
     def scores(self, word_logits: list[np.ndarray], gold: list[list[str]], window_logits: list[np.ndarray],
                windows: WordWindows) -> dict:
         predicted = [[self.tags.tags[i] for i in logits.argmax(-1)] for logits in word_logits]
+        if self.tags.entities and any(t[:2] in ("E-", "S-", "L-", "U-") for t in self.tags.tags):
+            # a BIOES model (a transformers one: ours learn IOB2): its tags read as the gold's IOB2
+            predicted = [to_iob2(p, "BIOES") for p in predicted]
         labels = windows.labels
         flat = np.concatenate(window_logits) if window_logits else np.zeros((0, len(self.tags.tags)), np.float32)
         scored = labels != IGNORE_INDEX
