@@ -57,6 +57,7 @@ def write_suite(tmp_path, text, name="suite.toml"):
     (TASK + TASK, "task 'rte'", "two tasks have this name"),
     (TASK.replace('"rte"', '"r/te"'), "task #1.name", "'r/te': letters, digits, '.', '_' and '-' only"),
     ('name = "x"\n', "task", "no [[task]] tables"),
+    (TASK + 'metric = "acc"\n', "task 'rte' metric", "'acc': `finetune classify` reports accuracy, macro_f1"),
 ])
 def test_a_bad_suite_file_is_one_line_naming_the_file_and_the_key(tmp_path, text, key, problem):
     path = write_suite(tmp_path, text)

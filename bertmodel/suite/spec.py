@@ -52,6 +52,14 @@ SHIPPED = Path(__file__).resolve().parent / "suites"
 DEFAULT_SEEDS = (1, 2, 3)
 # finetune COMMAND -> the metric its runs are judged by unless the task names another
 DEFAULT_METRICS = {"classify": "accuracy", "qa": "f1", "tokens": "f1", "choice": "accuracy"}
+# The metrics each command's runs report (tasks' metric_names; which of them a run has
+# depends on its data: binary f1 on two classes, pearson on regression, an entity type's
+# <TYPE>_f1 on its tags), checked before anything runs: a typo would fail every run.
+METRICS = {"classify": ("accuracy", "macro_f1", "mcc", "f1", "loss", "pearson", "spearman", "mse"),
+           "qa": ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"),
+           "tokens": ("f1", "precision", "recall", "accuracy", "loss"),
+           "choice": ("accuracy", "loss")}
+PER_TYPE = re.compile(r".+_(f1|precision|recall)")  # tokens: an entity type's own figures
 SUITE_KEYS = ("name", "description", "seeds", "data_dir", "defaults", "grid", "task")
 TASK_KEYS = ("name", "command", "train", "validation", "metric", "options", "grid", "note")
 SET_BY_SUITE = ("task", "model", "train", "validation", "out", "seed", "metric_for_best", "progress")
@@ -242,6 +250,10 @@ class _Reader:
             self.fail(f"{where}command", f"{command!r}: choose {', '.join(DEFAULT_METRICS)}")
         train, validation = self.text(raw, "train", where), self.text(raw, "validation", where)
         metric = self.text(raw, "metric", where, default=DEFAULT_METRICS[command])
+        if metric not in METRICS[command] and not (command == "tokens" and PER_TYPE.fullmatch(metric)):
+            self.fail(f"{where}metric", f"{metric!r}: `finetune {command}` reports {', '.join(METRICS[command])}"
+                      + (" (and <TYPE>_f1 per entity type)" if command == "tokens" else "")
+                      + ("; plain tags (no entities) report accuracy alone" if command == "tokens" else ""))
         note = raw.get("note", "")
         if not isinstance(note, str):
             self.fail(f"{where}note", f"a string, got {note!r}")
