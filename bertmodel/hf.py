@@ -69,24 +69,12 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
     for name, path in tokenizer.files.items():
         shutil.copyfile(path, out_dir / name)
     if "tokenizer_config.json" not in tokenizer.files:
-        lower = tokenizer.lowercase
-        if lower is None:  # a bare vocab.txt: cased or not as our loader read it (no upper-case token: uncased)
-            lower = _vocab_is_uncased(tokenizer)
+        lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "model_max_length": max_len,
                   **SPECIAL_TOKENS_MAP}
         (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     if "special_tokens_map.json" not in tokenizer.files:
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
-
-
-def _vocab_is_uncased(tokenizer: TokenizerInfo) -> bool:
-    from bertprep.tokenizer import infer_lowercase, load_tokenizer
-
-    path = tokenizer.files.get("vocab.txt") or tokenizer.files.get("tokenizer.json")
-    if path is None:
-        return True
-    return bool(load_tokenizer(Path(path)).lowercase) if Path(path).name == "tokenizer.json" else infer_lowercase(
-        Path(path).read_text(encoding="utf-8").splitlines())
 
 
 TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (transformers ignores it)

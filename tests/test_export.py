@@ -157,14 +157,15 @@ def test_export_hf_command_round_trips(small, tmp_path):
 @pytest.mark.parametrize("vocab, lower", [("bert-base-cased-vocab.txt", False), ("bert-base-uncased-vocab.txt", True)])
 def test_a_bare_vocab_is_exported_cased_or_not_as_it_was_read(tmp_path, vocab, lower):
     """A bare vocab.txt says nothing of casing; our loader reads it as uncased only when no
-    token has an upper-case letter. The export must say the same, or transformers (and
-    our own evaluate) would lower-case text a cased model was trained on."""
+    token has an upper-case letter. The tokenizer's record, and so the export, must say
+    the same, or transformers (and our own evaluate) would lower-case text a cased model
+    was trained on."""
     path = SHARED / "data" / vocab
     if not path.is_file():
         pytest.skip(f"{path} is absent (the shared data)")
     transformers = pytest.importorskip("transformers")
     tok = tokenizer_info(path)
-    assert tok.lowercase is None  # nothing in a bare vocab.txt says it
+    assert tok.lowercase is lower  # as bertprep's loader reads the file
     out = export_hf(BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size)), tmp_path / "hf",
                     tokenizer=tok)
     assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is lower

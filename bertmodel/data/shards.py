@@ -109,6 +109,16 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
     lowercase = tok.get("lowercase")
     if lowercase is None and "tokenizer_config.json" in files:
         lowercase = read_json(files["tokenizer_config.json"], "").get("do_lower_case")
+    if lowercase is None:
+        # Nothing says: cased or not as bertprep's loader reads these files (a bare
+        # vocab.txt is uncased when no token has an upper-case letter), so an export and
+        # fill-mask lower-case exactly when training did.
+        from bertprep.tokenizer import infer_lowercase, load_tokenizer
+
+        if "tokenizer.json" in files:
+            lowercase = load_tokenizer(files["tokenizer.json"]).lowercase
+        elif tokens is not None:
+            lowercase = infer_lowercase(tokens)
     return TokenizerInfo(
         vocab_size=int(vocab_size), special_ids={k: int(v) for k, v in special.items()},
         fingerprint=tok.get("fingerprint"), vocab_sha256=sha256_file(vocab) if vocab else None,
