@@ -38,18 +38,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(REPO))
 
+from bench_finetune import model_dir  # noqa: E402  (the same MiniLM, fetched once)
+
 CONLL = SHARED / "data" / "ner" / "conll2003"
 ECARE = SHARED / "data" / "multiple_choice" / "e-CARE"
 CHOICE_COLUMNS = dict(context_column="premise", question_column="ask-for", choice_columns="hypothesis1,hypothesis2")
-
-
-def model_dir(given: str | None) -> pathlib.Path:
-    if given:
-        return pathlib.Path(given)
-    path = pathlib.Path(tempfile.gettempdir()) / "bertmodel-bench-minilm"
-    subprocess.run(["bash", str(SHARED / "tools" / "fetch_minilm.sh"), str(path)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return path
 
 
 def subset(task: str, rows: int, eval_rows: int, work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, int, int]:

@@ -42,6 +42,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
 
     from bertmodel.data.labels import LabelSpace
     from bertmodel.finetune import FinetuneConfig
+    from bertmodel.tasks.finetuning import source_labels
 
     directory = model_dir(model)
     pre = load_pretrained(directory)
@@ -73,8 +74,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
         if saved_tags:
             tags = TagSet.from_dict(saved_tags)
         else:  # a transformers token classifier: its id2label is the tag set
-            id2label = pre.head.get("id2label") or {}
-            names = tuple(str(id2label[i]) for i in sorted(id2label))
+            names = tuple(source_labels(pre) or ())
             tags = TagSet(names, any(n[:2] in ("B-", "I-", "E-", "S-") for n in names))
         task = TokenClassificationTask(cfg, d, log, tag_set=tags)
         net = BertForTokenClassification(pre.config, len(tags.tags))
@@ -92,8 +92,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
         if space:
             labels = LabelSpace.from_dict(space)
         else:  # a transformers classifier: its id2label is the label set
-            id2label = pre.head.get("id2label") or {}
-            labels = LabelSpace("str", tuple(id2label[i] for i in sorted(id2label)))
+            labels = LabelSpace("str", tuple(source_labels(pre) or ()))
         task = ClassificationTask(cfg, d, log, label_space=labels)
         net = BertForSequenceClassification(pre.config, labels.num_labels)
     load_into(net, pre)

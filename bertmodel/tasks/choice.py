@@ -18,8 +18,8 @@ from bertmodel.data.tables import Table, open_hub_table, open_table
 from bertmodel.errors import BertmodelError
 from bertmodel.model import BertForMultipleChoice
 from bertmodel.model.config import BertConfig
-from bertmodel.tasks.finetuning import (IntervalStats, best_metric, check_length, encoder_flops, forward_all,
-                                        open_model, pad_multiple, split_identity, start_from, tokenizer_path)
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, encoder_flops, forward_all,
+                                        split_identity, start_from)
 
 
 def read_table_choices(cfg, table: Table, labels_required: bool = True, blank_ok: bool = False) -> ChoiceExamples:
@@ -67,17 +67,13 @@ class MultipleChoiceStats(IntervalStats):
         return {"loss": loss, "accuracy": accuracy}
 
 
-class MultipleChoiceTask:
+class MultipleChoiceTask(FinetuningTask):
     name = "multiple_choice"
     architecture = "BertForMultipleChoice"
 
     def __init__(self, cfg, d, log, evaluation_only: bool = False):
         """evaluation_only: a trained model's evaluation or prediction, no training data read."""
-        self.cfg, self.d, self.log = cfg, d, log
-        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
-        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
-        self.tok = tokenizer_path(self.tokenizer)
-        self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+        super().__init__(cfg, d, log)
         train = None
         if not evaluation_only:
             train = read_split(cfg, "train")

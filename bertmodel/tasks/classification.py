@@ -19,8 +19,8 @@ from bertmodel.data.tables import LabelledTexts, read_hub_dataset, read_table
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.classification import classification_metrics, json_ready, regression_metrics
 from bertmodel.model import BertForSequenceClassification
-from bertmodel.tasks.finetuning import (IntervalStats, check_length, encoder_flops, forward_all, open_model,
-                                        best_metric, pad_multiple, split_identity, start_from, tokenizer_path)
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, encoder_flops, forward_all,
+                                        split_identity, start_from)
 
 
 def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts | None:
@@ -68,17 +68,13 @@ class ClassificationStats(IntervalStats):
         return {"loss": loss} if self.regression else {"loss": loss, "accuracy": accuracy}
 
 
-class ClassificationTask:
+class ClassificationTask(FinetuningTask):
     name = "classification"
     architecture = "BertForSequenceClassification"
 
     def __init__(self, cfg, d, log, label_space: LabelSpace | None = None):
         """label_space given (a trained model's): evaluation only, no training data read."""
-        self.cfg, self.d, self.log = cfg, d, log
-        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
-        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
-        self.tok = tokenizer_path(self.tokenizer)
-        self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+        super().__init__(cfg, d, log)
         train = None
         if label_space is None:
             train = read_split(cfg, "train")

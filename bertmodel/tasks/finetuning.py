@@ -122,6 +122,18 @@ def _head_names(model: torch.nn.Module) -> set[str]:
     return {name for name, _ in model.named_children() if name != "bert"}
 
 
+class FinetuningTask:
+    """What every fine-tuning task opens first: the starting model and its tokenizer, the
+    length check, the tokenizer path the encoders read, and the batch padding policy."""
+
+    def __init__(self, cfg, d, log):
+        self.cfg, self.d, self.log = cfg, d, log
+        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
+        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
+        self.tok = tokenizer_path(self.tokenizer)
+        self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+
+
 LOWER_IS_BETTER = ("loss", "mse")
 
 

@@ -20,8 +20,8 @@ from bertmodel.data.squad import read_squad
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.squad_metric import squad_metric
 from bertmodel.model import BertForQuestionAnswering
-from bertmodel.tasks.finetuning import (IntervalStats, check_length, encoder_flops, forward_all, open_model,
-                                        best_metric, pad_multiple, split_identity, start_from, tokenizer_path)
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, encoder_flops, forward_all,
+                                        split_identity, start_from)
 
 
 def read_examples(cfg, which: str):
@@ -72,18 +72,14 @@ class QAStats(IntervalStats):
         return {"loss": loss, "span_acc": span_acc}
 
 
-class QATask:
+class QATask(FinetuningTask):
     name = "qa"
     architecture = "BertForQuestionAnswering"
 
     def __init__(self, cfg, d, log, evaluation_only: bool = False):
         """evaluation_only: no training data read (for `bertmodel evaluate`)."""
-        self.cfg, self.d, self.log = cfg, d, log
-        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
-        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
-        self.tok = tokenizer_path(self.tokenizer)
-        pad = self.tokenizer.special_ids.get("pad", 0)
-        multiple = pad_multiple(d.device)
+        super().__init__(cfg, d, log)
+        pad, multiple = self.pad, self.multiple
         self.validation = read_examples(cfg, "validation")
         if self.validation is not None and not cfg.version_2:
             # Before any work: the v1.1 metric has no score for them (evaluate, or the

@@ -23,8 +23,8 @@ from bertmodel.errors import BertmodelError
 from bertmodel.eval.entities import entity_metrics, to_iob2
 from bertmodel.model import BertForTokenClassification
 from bertmodel.model.config import BertConfig
-from bertmodel.tasks.finetuning import (best_metric, check_length, encoder_flops, forward_all, open_model,
-                                        pad_multiple, split_identity, start_from, tokenizer_path)
+from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, encoder_flops, forward_all, split_identity,
+                                        start_from)
 
 
 @dataclass(frozen=True)
@@ -103,17 +103,13 @@ class TokenStats:
         self.sums.zero_()
 
 
-class TokenClassificationTask:
+class TokenClassificationTask(FinetuningTask):
     name = "token_classification"
     architecture = "BertForTokenClassification"
 
     def __init__(self, cfg, d, log, tag_set: TagSet | None = None):
         """tag_set given (a trained model's): evaluation only, no training data read."""
-        self.cfg, self.d, self.log = cfg, d, log
-        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
-        check_length(cfg.max_seq_length, self.pre.config, cfg.model)
-        self.tok = tokenizer_path(self.tokenizer)
-        self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+        super().__init__(cfg, d, log)
         train = None
         if tag_set is None:
             train = read_split(cfg, "train")
