@@ -39,8 +39,13 @@ def _opt(name: str, **kwargs):
 @_opt("--warmup-steps", type=click.IntRange(min=0), help="Warmup steps (default: --warmup-ratio x --max-steps).")
 @_opt("--warmup-ratio", type=click.FloatRange(0, 1), help="Warmup as a fraction of --max-steps.")
 @_opt("--max-steps", type=click.IntRange(min=1), help="Optimizer steps in the whole run (sets the schedule).")
-@_opt("--schedule", type=click.Choice(["linear", "poly"]), help="Decay after warmup: linear to 0, or poly "
-      "(power 0.5, NVIDIA's BERT recipe).")
+@_opt("--schedule", type=click.Choice(["linear", "poly", "wsd"]), help="Decay after warmup: linear to 0, poly "
+      "(power 0.5, NVIDIA's BERT recipe), or wsd: the peak held, then the last --decay-ratio of the steps decay to 0 "
+      "(warmup-stable-decay, as ModernBERT).")
+@_opt("--decay-ratio", type=click.FloatRange(0, 1, min_open=True), help="With --schedule wsd: share of --max-steps "
+      "spent decaying [default: 0.1].")
+@_opt("--decay-shape", type=click.Choice(["1-sqrt", "linear"]), help="With --schedule wsd: the decay's shape, "
+      "peak x (1 - sqrt(progress)) (Hägele et al. 2024) or linear [default: 1-sqrt].")
 @_opt("--optimizer", type=click.Choice(["adamw", "lamb"]), help="AdamW (fused where available) or LAMB.")
 @_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm).")
 @_opt("--clip-grad", type=click.FloatRange(min=0), help="Clip the global gradient norm (0: off).")

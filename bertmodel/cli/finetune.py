@@ -137,6 +137,13 @@ def training_options(task: str):
         _opt("--grad-accum", type=click.IntRange(min=1), help="Micro-batches per optimizer step."),
         _opt("--lr", type=click.FloatRange(min=0, min_open=True), help="Peak learning rate."),
         _opt("--warmup-ratio", type=click.FloatRange(0, 1), help="Warmup as a fraction of the steps."),
+        _opt("--schedule", type=click.Choice(["linear", "poly", "wsd"]), help="Decay after warmup: linear to 0, "
+             "poly (power 0.5), or wsd: the peak held, then the last --decay-ratio of the steps decay to 0 "
+             "(warmup-stable-decay, as ModernBERT)."),
+        _opt("--decay-ratio", type=click.FloatRange(0, 1, min_open=True), help="With --schedule wsd: share of the "
+             "steps spent decaying [default: 0.1]."),
+        _opt("--decay-shape", type=click.Choice(["1-sqrt", "linear"]), help="With --schedule wsd: the decay's "
+             "shape, peak x (1 - sqrt(progress)) (Hägele et al. 2024) or linear [default: 1-sqrt]."),
         _opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm)."),
         _opt("--max-steps", type=click.IntRange(min=1), help="Stop after N steps [default: epochs x steps per epoch]."),
         _opt("--stop-at", type=click.IntRange(min=1), help="Save and stop at this step; the schedule still runs to "

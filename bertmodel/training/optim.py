@@ -1,4 +1,4 @@
-"""Optimizers (AdamW, LAMB) and learning-rate schedules (linear, poly).
+"""Optimizers (AdamW, LAMB) and learning-rate schedules (linear, poly, wsd).
 
 - AdamW: `torch.optim.AdamW`, fused where this torch build supports it for the device.
 - LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), as NVIDIA's
@@ -11,9 +11,15 @@
   a sensible step size. `use_nvlamb=True` applies it to every tensor (NVLAMB). Written
   with torch's _foreach ops so it is a handful of kernels per step.
 - Schedules: linear warmup to the peak, then linear decay to 0 (Devlin et al.) or
-  polynomial decay with power 0.5 (NVIDIA's BERT recipe, PolyWarmUpScheduler). A schedule
-  is a pure function of the step; the trainer sets each group's lr before every step, so
-  the only scheduler state to checkpoint is the step itself.
+  polynomial decay with power 0.5 (NVIDIA's BERT recipe, PolyWarmUpScheduler), or
+  warmup-stable-decay ("wsd", trapezoidal): the peak held until the last `decay_steps`
+  steps, which decay it to 0 linearly or as 1 - sqrt(progress) (Hägele et al. 2024,
+  "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations"; ModernBERT,
+  Warner et al. 2024, arXiv 2412.13663, trained with the 1-sqrt shape). Every decay reaches
+  0 at step max_steps, one past the last step taken, so the last step still moves (as
+  transformers' get_linear_schedule_with_warmup). A schedule is a pure function of the
+  step; the trainer sets each group's lr before every step, so the only scheduler state to
+  checkpoint is the step itself.
 """
 from __future__ import annotations
 
@@ -31,19 +37,33 @@ class Schedule:
     peak_lr: float
     warmup_steps: int
     max_steps: int
-    kind: str = "linear"  # "linear" or "poly"
+    kind: str = "linear"  # "linear", "poly" or "wsd"
     power: float = 0.5  # poly only
+    decay_steps: int = 0  # wsd only: the last steps before max_steps, which decay the peak to 0
+    decay_shape: str = "1-sqrt"  # wsd only: "1-sqrt" or "linear"
 
     def __post_init__(self):
-        if self.kind not in ("linear", "poly"):
-            raise BertmodelError(f"unknown schedule {self.kind!r}; choose linear or poly")
+        if self.kind not in ("linear", "poly", "wsd"):
+            raise BertmodelError(f"unknown schedule {self.kind!r}; choose linear, poly or wsd")
         if not 0 <= self.warmup_steps <= self.max_steps:
             raise BertmodelError(f"warmup steps {self.warmup_steps} must be within 0..max steps {self.max_steps}")
+        if self.kind == "wsd":
+            if self.decay_shape not in ("1-sqrt", "linear"):
+                raise BertmodelError(f"unknown decay shape {self.decay_shape!r}; choose 1-sqrt or linear")
+            if not 0 <= self.decay_steps <= self.max_steps - self.warmup_steps:
+                raise BertmodelError(f"decay steps {self.decay_steps} must fit after the {self.warmup_steps} warmup "
+                                     f"steps, within max steps {self.max_steps}")
 
     def __call__(self, step: int) -> float:
         """Learning rate for optimizer step `step` (0-based)."""
         if step < self.warmup_steps:
             return self.peak_lr * (step + 1) / self.warmup_steps
+        if self.kind == "wsd":
+            decay_start = self.max_steps - self.decay_steps
+            if step < decay_start:
+                return self.peak_lr
+            progress = min(1.0, (step - decay_start) / max(1, self.decay_steps))  # 0 at the first decay step
+            return self.peak_lr * (1.0 - (progress if self.decay_shape == "linear" else math.sqrt(progress)))
         remaining = max(0.0, 1.0 - (step - self.warmup_steps) / max(1, self.max_steps - self.warmup_steps))
         return self.peak_lr * (remaining if self.kind == "linear" else remaining ** self.power)
 

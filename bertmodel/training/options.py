@@ -10,7 +10,7 @@ from bertmodel.training.optim import Schedule
 # Options whose change on resume would change what the run means (its schedule, its
 # optimizer, its data order): refused unless allow_changed_options is set.
 MEANINGFUL = ("batch_size", "grad_accum", "lr", "warmup_steps", "warmup_ratio", "max_steps", "schedule",
-              "optimizer", "weight_decay", "clip_grad")
+              "decay_ratio", "decay_shape", "optimizer", "weight_decay", "clip_grad")
 
 
 @dataclass(kw_only=True)
@@ -25,7 +25,14 @@ class LoopConfig:
     """Linear warmup steps; when None, warmup_ratio * max_steps."""
     warmup_ratio: float = 0.01
     max_steps: int = 10_000
-    schedule: str = "linear"  # "linear" or "poly" (power 0.5)
+    schedule: str = "linear"
+    """After warmup: "linear" decay to 0, "poly" (power 0.5, NVIDIA's BERT recipe) or "wsd"
+    (warmup-stable-decay: the peak held, then the last decay_ratio of the steps decay to 0)."""
+    decay_ratio: float | None = None
+    """wsd only: share of max_steps spent decaying (at least one step); None: 0.1."""
+    decay_shape: str | None = None
+    """wsd only: "1-sqrt" (lr = peak * (1 - sqrt(progress)), Hägele et al. 2024, as ModernBERT) or
+    "linear"; None: 1-sqrt."""
     optimizer: str = "adamw"  # "adamw" or "lamb"
     weight_decay: float = 0.01
     clip_grad: float = 1.0
@@ -66,11 +73,46 @@ class LoopConfig:
             raise BertmodelError(f"warmup ratio must be within 0..1, got {self.warmup_ratio}")
         if self.lr <= 0:
             raise BertmodelError(f"lr must be positive, got {self.lr}")
+        self._check_schedule()
         self.report_to = [r for r in self.report_to if r != "none"]
+
+    def _check_schedule(self) -> None:
+        """The schedule's options, and the schedule itself once max_steps is known (finetune
+        knows it only with the data), so a bad combination fails before anything loads."""
+        if self.schedule not in ("linear", "poly", "wsd"):
+            raise BertmodelError(f"schedule must be linear, poly or wsd, got {self.schedule!r}")
+        if self.schedule != "wsd":
+            if self.decay_ratio is not None or self.decay_shape is not None:
+                raise BertmodelError("--decay-ratio and --decay-shape shape the wsd schedule's decay; "
+                                     f"drop them or use --schedule wsd, not {self.schedule}")
+            return
+        if self.decay_ratio is None:
+            self.decay_ratio = 0.1
+        if self.decay_shape is None:
+            self.decay_shape = "1-sqrt"
+        if not 0 < self.decay_ratio <= 1:
+            raise BertmodelError(f"decay ratio must be above 0 and at most 1, got {self.decay_ratio}")
+        if self.decay_shape not in ("1-sqrt", "linear"):
+            raise BertmodelError(f"decay shape must be 1-sqrt or linear, got {self.decay_shape!r}")
+        if self.warmup_steps is None and self.warmup_ratio + self.decay_ratio > 1:
+            raise BertmodelError(f"warmup ratio {self.warmup_ratio} + decay ratio {self.decay_ratio} exceed the "
+                                 "run; lower one of them")
+        if self.max_steps is not None:
+            self.lr_schedule()
 
     def lr_schedule(self) -> Schedule:
         warmup = self.warmup_steps if self.warmup_steps is not None else round(self.warmup_ratio * self.max_steps)
-        return Schedule(self.lr, warmup, self.max_steps, kind=self.schedule)
+        if self.schedule != "wsd":
+            return Schedule(self.lr, warmup, self.max_steps, kind=self.schedule)
+        decay = max(1, round(self.decay_ratio * self.max_steps))  # at least one step decays
+        if self.warmup_steps is None:  # both from ratios that fit (checked above): rounding must not overlap them
+            decay = min(decay, self.max_steps - warmup)
+        if warmup > self.max_steps:
+            raise BertmodelError(f"warmup steps {warmup} must be within 0..max steps {self.max_steps}")
+        if warmup + decay > self.max_steps:
+            raise BertmodelError(f"--decay-ratio {self.decay_ratio} ({decay:,} steps) does not fit after the "
+                                 f"{warmup:,} warmup steps of --max-steps {self.max_steps:,}; lower one of them")
+        return Schedule(self.lr, warmup, self.max_steps, kind="wsd", decay_steps=decay, decay_shape=self.decay_shape)
 
     def meaningful_options(self) -> tuple[str, ...]:
         """The options a resume must not change silently (a subclass adds its own)."""
