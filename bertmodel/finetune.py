@@ -35,6 +35,9 @@ class FinetuneConfig(LoopConfig):
     per word, e.g. NER) or "choice" (multiple choice)."""
     model: str
     """The BERT to start from: one of our runs/checkpoints or a transformers directory of any BERT head."""
+    architecture: str | None = None
+    """The architecture of --model random:PRESET ("bert", the default, or "modernbert"); any other
+    model carries its own (given, it must be that one)."""
     init: str = "pretrained"
     """"pretrained": the model's weights; "random": only its shape (or --model random:PRESET's),
     every weight drawn afresh from the seed, the control that shows what pre-training bought."""
@@ -111,6 +114,8 @@ class FinetuneConfig(LoopConfig):
             raise BertmodelError(f"unknown fine-tuning task {self.task!r}; choose {', '.join(TASK_NAMES)}")
         if self.model.startswith("random:"):
             self.init = "random"
+        if self.architecture not in (None, "bert", "modernbert"):
+            raise BertmodelError(f"architecture must be bert or modernbert, got {self.architecture!r}")
         if self.init not in ("pretrained", "random"):
             raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
         if self.max_seq_length is None:
@@ -137,7 +142,7 @@ class FinetuneConfig(LoopConfig):
                 ("--tokenizer", self.tokenizer)]
 
     def meaningful_options(self) -> tuple[str, ...]:
-        return MEANINGFUL + ("model", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
+        return MEANINGFUL + ("model", "architecture", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
                              "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples",
                              "max_eval_examples")
 

@@ -8,10 +8,14 @@ cls.predictions.decoder.weight/bias; metadata {"format": "pt"}) and the tokenize
 so `AutoModelFor....from_pretrained(dir)` loads with no missing or unexpected keys and
 `AutoTokenizer.from_pretrained(dir)` works.
 
-Loading goes one way: `load_pretrained(path)` reads a RUN dir (its latest checkpoint), a
-checkpoint dir, or a Hugging Face BERT dir of any head (BertModel, BertForPreTraining,
-BertForMaskedLM, BertForSequenceClassification, BertForQuestionAnswering;
-model.safetensors or pytorch_model.bin, old gamma/beta LayerNorm names accepted), and
+Either architecture (config.json's model_type "bert" or "modernbert"; the tied decoder
+is cls.predictions.decoder.* for BERT, decoder.weight for ModernBERT).
+
+Loading: `load_pretrained(path)` reads a RUN dir (its latest checkpoint), a checkpoint
+dir, or a Hugging Face BERT or ModernBERT dir of any head (BertModel,
+BertForPreTraining, BertForMaskedLM, ModernBertModel, ModernBertForMaskedLM, the
+fine-tuning heads; model.safetensors or pytorch_model.bin, old gamma/beta LayerNorm
+names accepted), and
 `load_into(model, pretrained)` puts the encoder (and the head, where the source has the
 same one) into any of our head models, returning what it initialised anew or left out.
 """
@@ -28,24 +32,32 @@ from safetensors.torch import load_file, save_file
 
 from bertmodel.training.checkpoint import (is_disk_full, latest_checkpoint, list_checkpoints, load_checkpoint,
                                            read_best, unwrap_state_dict)
-from bertmodel.model.config import BertConfig
+from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info
 
-TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight")
 TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-                "cls.predictions.decoder.bias": "cls.predictions.bias"}
+                "cls.predictions.decoder.bias": "cls.predictions.bias",
+                "decoder.weight": "model.embeddings.tok_embeddings.weight"}
+# A tied entry is filled in only where the source has the head it belongs to (a bare
+# encoder or a classifier gets no decoder).
+TIED_HEAD = {"cls.predictions.decoder.weight": "cls.predictions.bias", "cls.predictions.decoder.bias":
+             "cls.predictions.bias", "decoder.weight": "decoder.bias"}
 SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                       "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
 
-ENCODER_PREFIX = "bert."
+ENCODER_PREFIXES = ("bert.", "model.")  # BertModel's and ModernBertModel's place in every head model
 POOLER_PREFIX = "bert.pooler."
+# A bare encoder's own names (no head prefix), per model_type
+BARE_ENCODER = {"bert": (("embeddings.", "encoder.", "pooler."), "bert."),
+                "modernbert": (("embeddings.", "layers.", "final_norm."), "model.")}
 
 
 @dataclass
 class Pretrained:
-    config: BertConfig
+    config: BertConfig | ModernBertConfig
     state_dict: dict  # transformers' names, tied keys filled in where the source has an MLM head
     tokenizer: TokenizerInfo | None
     source: Path
@@ -80,7 +92,8 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
 TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (transformers ignores it)
 
 
-def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: BertConfig | None = None,
+def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
+              config: BertConfig | ModernBertConfig | None = None,
               architecture: str | None = None, head_config: dict | None = None, task: dict | None = None) -> Path:
     """Write a Hugging Face directory of the head's class, atomically (tmp dir + rename).
 
@@ -93,7 +106,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: B
         architecture = architecture or getattr(source, "hf_architecture", None)
     elif isinstance(source, dict):
         state_dict = source["model"]
-        config = config or BertConfig.from_dict(source["config"])
+        config = config or config_from_dict(source["config"])
         task = task or source.get("task") or {}
         architecture = architecture or task.get("architecture")
         head_config = head_config if head_config is not None else task.get("hf_config")
@@ -102,9 +115,9 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: B
         state_dict, config, tokenizer = pre.state_dict, pre.config, tokenizer or pre.tokenizer
         architecture = architecture or pre.architecture
         head_config = head_config if head_config is not None else pre.head.get("hf_config")
-    architecture = architecture or "BertForPreTraining"
     if config is None:
         raise BertmodelError("export_hf needs a config for a bare state dict")
+    architecture = architecture or config.to_hf_dict()["architectures"][0]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -115,7 +128,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None, config: B
         os.chmod(tmp / "model.safetensors", 0o666 & ~_umask())  # safetensors writes 0600; match the others
         hf_config = {**config.to_hf_dict(), "architectures": [architecture], **(head_config or {})}
         if tokenizer is not None:
-            hf_config["pad_token_id"] = tokenizer.special_ids.get("pad", config.pad_token_id)
+            hf_config.update(_special_ids(tokenizer, config))
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
         if task:
@@ -142,7 +155,20 @@ def _umask() -> int:
     return mask
 
 
-def _hf_state_dict(directory: Path) -> dict:
+def _special_ids(tokenizer: TokenizerInfo, config) -> dict:
+    """config.json's special token ids from our vocabulary (ModernBERT's defaults are its
+    own BPE vocabulary's, which would point fill-mask and the pipelines at other tokens)."""
+    ids = tokenizer.special_ids
+    out = {"pad_token_id": ids.get("pad", config.pad_token_id)}
+    if isinstance(config, ModernBertConfig):
+        for name, key in (("cls", "cls_token_id"), ("sep", "sep_token_id"), ("cls", "bos_token_id"),
+                          ("sep", "eos_token_id"), ("mask", "mask_token_id")):
+            if name in ids:
+                out[key] = ids[name]
+    return out
+
+
+def _hf_state_dict(directory: Path, model_type: str = "bert") -> dict:
     names = [n for n in ("model.safetensors", "pytorch_model.bin") if (directory / n).is_file()]
     if not names:
         raise BertmodelError(f"{directory}: no model.safetensors or pytorch_model.bin")
@@ -158,8 +184,9 @@ def _hf_state_dict(directory: Path) -> dict:
     out = {}
     for k, v in sd.items():
         k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        if k.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel's names
-            k = "bert." + k
+        bare, prefix = BARE_ENCODER[model_type]
+        if k.startswith(bare):  # a bare BertModel's or ModernBertModel's names
+            k = prefix + k
         if k.endswith(("position_ids", "token_type_ids")) and "embeddings." in k:
             continue  # buffers older transformers persisted
         out[k] = v
@@ -170,10 +197,8 @@ def complete_state_dict(state_dict: dict) -> dict:
     """Fill in the tied decoder entries save_pretrained leaves out (where there is an
     MLM head to tie: a bare encoder gets no decoder)."""
     sd = dict(state_dict)
-    if "cls.predictions.bias" not in sd:
-        return sd
     for key, src in TIED_SOURCES.items():
-        if key not in sd and src in sd:
+        if key not in sd and src in sd and TIED_HEAD[key] in sd:
             sd[key] = sd[src]
     return sd
 
@@ -187,6 +212,8 @@ def _architecture(config: dict, sd: dict, path: Path) -> str:
     if archs:
         return archs[0]
     # No architectures field (older exports): tell the head by its weights.
+    if config.get("model_type") == "modernbert":
+        return "ModernBertForMaskedLM" if "decoder.bias" in sd or "decoder.weight" in sd else "ModernBertModel"
     for key, arch in (("cls.seq_relationship.weight", "BertForPreTraining"), ("cls.predictions.bias", "BertForMaskedLM"),
                       ("classifier.weight", "BertForSequenceClassification"),
                       ("qa_outputs.weight", "BertForQuestionAnswering")):
@@ -198,7 +225,8 @@ def _architecture(config: dict, sd: dict, path: Path) -> str:
 def _hf_head(config: dict, architecture: str) -> dict:
     """The head settings a transformers config.json carries (for our task objects)."""
     head = {}
-    if architecture in ("BertForSequenceClassification", "BertForTokenClassification"):
+    if architecture in ("BertForSequenceClassification", "BertForTokenClassification",
+                        "ModernBertForSequenceClassification", "ModernBertForTokenClassification"):
         id2label = {int(k): v for k, v in (config.get("id2label") or {}).items()}
         head["num_labels"] = int(config.get("num_labels") or len(id2label) or 2)
         head["id2label"] = id2label
@@ -223,7 +251,7 @@ def load_pretrained(path) -> Pretrained:
         tok_dir = path / "tokenizer"
         tok = tokenizer_info(tok_dir) if _has_tokenizer(tok_dir) else None
         task = state.get("task") or {}  # checkpoints written before tasks existed are pre-training ones
-        return Pretrained(BertConfig.from_dict(state["config"]), complete_state_dict(state["model"]),
+        return Pretrained(config_from_dict(state["config"]), complete_state_dict(state["model"]),
                           tok, path, step=int(state["step"]),
                           architecture=task.get("architecture", "BertForPreTraining"), head=task)
     if (path / "config.json").is_file():
@@ -231,14 +259,14 @@ def load_pretrained(path) -> Pretrained:
             config = json.loads((path / "config.json").read_text())
         except (ValueError, UnicodeDecodeError) as exc:
             raise BertmodelError(f"{path}/config.json: not valid JSON ({exc})") from None
-        if config.get("model_type") != "bert":
-            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert'; "
-                                 "only BERT models are supported")
+        if config.get("model_type") not in ("bert", "modernbert"):
+            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert' or "
+                                 "'modernbert'; only BERT and ModernBERT models are supported")
         try:
-            cfg = BertConfig.from_dict(config)
+            cfg = config_from_dict(config)
         except BertmodelError as exc:
             raise BertmodelError(f"{path}/config.json: {exc}") from None
-        sd = complete_state_dict(_hf_state_dict(path))
+        sd = complete_state_dict(_hf_state_dict(path, config["model_type"]))
         tok = tokenizer_info(path) if _has_tokenizer(path) else None
         arch = _architecture(config, sd, path)
         head = {"hf_config": _hf_head(config, arch), **_hf_head(config, arch)}
@@ -250,7 +278,7 @@ def load_pretrained(path) -> Pretrained:
 
 def _is_head(key: str) -> bool:
     """A head's tensor (or the pooler, which some heads lack), not the shared encoder's."""
-    return not key.startswith(ENCODER_PREFIX) or key.startswith(POOLER_PREFIX)
+    return not key.startswith(ENCODER_PREFIXES) or key.startswith(POOLER_PREFIX)
 
 
 def _names(keys: list[str]) -> str:

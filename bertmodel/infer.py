@@ -13,7 +13,7 @@ import torch
 
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
-from bertmodel.model import BertForPreTraining
+from bertmodel.model import head_class
 
 MASK_TEXT = "[MASK]"
 
@@ -71,7 +71,9 @@ def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu"
         if len(ids) > pre.config.max_position_embeddings:
             raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
                                  f"{pre.config.max_position_embeddings} positions")
-    model = BertForPreTraining(pre.config)
+    # The MLM head of the model's architecture (BERT's with the pair head, which reads
+    # any BERT's MLM weights; ModernBERT's MLM model).
+    model = head_class(pre.config, "mlm" if pre.config.architecture == "modernbert" else "pretraining")(pre.config)
     load_into(model, pre)
     model.to(device).eval()
     return [_guesses(model, tokenizer, ids, special["mask"], top_k, device) for ids in encoded]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bertmodel.model.config import BertConfig
+from bertmodel.model.config import ARCHITECTURES, BertConfig, ModernBertConfig, preset_config, vocabulary_ids
 from bertmodel.errors import BertmodelError
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training.options import LoopConfig
@@ -20,8 +20,11 @@ from bertmodel.training.run import run_training
 class TrainConfig(LoopConfig):
     data: list[str]
     """Shard directories written by `bertprep build-shards` (read together)."""
+    architecture: str | None = None
+    """"bert" or "modernbert" (model/config.py); None: bert, or --init-from's."""
     preset: str | None = None
-    """Model size preset (config.PRESETS; base when not given); --layers/--hidden/--heads/--intermediate override."""
+    """Model size preset of the architecture (config.PRESETS, MODERNBERT_PRESETS; base when not given);
+    --layers/--hidden/--heads/--intermediate override."""
     layers: int | None = None
     hidden: int | None = None
     heads: int | None = None
@@ -57,6 +60,12 @@ class TrainConfig(LoopConfig):
             raise BertmodelError(f"objective must be mlm+nsp, mlm+sop or mlm, got {self.objective!r}")
         if self.eval_batches <= 0:
             raise BertmodelError(f"eval-batches must be positive, got {self.eval_batches}")
+        if self.architecture not in (None, *ARCHITECTURES):
+            raise BertmodelError(f"architecture must be {' or '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        if self.architecture == "modernbert" and self.objective in ("mlm+nsp", "mlm+sop"):
+            raise BertmodelError(f"--objective {self.objective} needs a pair head, which the modernbert architecture "
+                                 "does not have (no segment embeddings; it is pre-trained with MLM alone): use "
+                                 "--objective mlm or leave it out")
         if self.init_from and any(v is not None for v in (self.layers, self.hidden, self.heads, self.intermediate)):
             raise BertmodelError("--init-from takes the model size from the checkpoint; drop the size options")
 
@@ -68,12 +77,15 @@ class TrainConfig(LoopConfig):
                 + [("--init-from", self.init_from), ("--tokenizer", self.tokenizer)])
 
     def meaningful_options(self) -> tuple[str, ...]:
-        return (*super().meaningful_options(), "masking", "mask_rate", "max_predictions", "objective")
+        return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective")
 
-    def model_config(self, vocab_size: int, pad_id: int) -> BertConfig:
-        return BertConfig.preset(self.preset or "base", num_hidden_layers=self.layers, hidden_size=self.hidden,
-                                 num_attention_heads=self.heads, intermediate_size=self.intermediate,
-                                 vocab_size=vocab_size, pad_token_id=pad_id)
+    def model_config(self, tokenizer) -> BertConfig | ModernBertConfig:
+        """The model a fresh run builds: the preset of the architecture, the size
+        overrides, and the tokenizer's vocabulary size and special ids."""
+        architecture = self.architecture or "bert"
+        return preset_config(architecture, self.preset or "base", num_hidden_layers=self.layers,
+                             hidden_size=self.hidden, num_attention_heads=self.heads,
+                             intermediate_size=self.intermediate, **vocabulary_ids(tokenizer, architecture))
 
 
 def train(cfg: TrainConfig, log=None) -> dict:

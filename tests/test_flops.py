@@ -9,7 +9,7 @@ import torch
 
 from bertmodel.model.config import BertConfig
 from bertmodel.training.metrics import train_flops, unpadded_extent
-from bertmodel.tasks.finetuning import encoder_flops
+from bertmodel.training.metrics import encoder_flops
 
 LENGTHS = [128, 7, 64, 1, 100]
 T, P = 128, 20

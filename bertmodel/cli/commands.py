@@ -8,7 +8,7 @@ import click
 
 from bertmodel.cli.group import CONTEXT_SETTINGS, DIR, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.demo import DEMO_STEPS
-from bertmodel.model.config import PRESETS
+from bertmodel.model.config import ARCHITECTURES, MODERNBERT_PRESETS, PRESETS
 from bertmodel.train import TrainConfig
 from bertprep.cli.kit import user_errors
 
@@ -27,8 +27,13 @@ def _opt(name: str, **kwargs):
 @click.option("--data", "data", multiple=True, required=True, type=click.Path(exists=True, file_okay=False),
               help="Shard directory from `bertprep build-shards` (repeat to train on several).")
 @click.option("--out", required=True, type=DIR, help="Run directory; rerunning the same command resumes there.")
-@_opt("--preset", type=click.Choice(list(PRESETS)), show_default=False, help="Model size (layers/hidden/heads): "
-      + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c) in PRESETS.items()) + ". Default: base (or --init-from's).")
+@_opt("--architecture", type=click.Choice(list(ARCHITECTURES)), help="bert (learned positions, <= 512 tokens, "
+      "MLM + NSP/SOP or MLM) or modernbert (RoPE, GeGLU, pre-norm, local/global attention, <= 8,192 tokens, MLM "
+      "only; exports ModernBertForMaskedLM). Default: bert, or --init-from's.")
+@_opt("--preset", type=click.Choice(list(PRESETS)), show_default=False, help="Model size (layers/hidden/heads), "
+      "bert: " + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c) in PRESETS.items()) + "; modernbert: "
+      + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c, _) in MODERNBERT_PRESETS.items())
+      + ". Default: base (or --init-from's).")
 @_opt("--layers", type=click.IntRange(min=1), help="Override the preset's number of layers.")
 @_opt("--hidden", type=click.IntRange(min=1), help="Override the hidden size (intermediate follows as 4H).")
 @_opt("--heads", type=click.IntRange(min=1), help="Override the number of attention heads.")
@@ -71,8 +76,9 @@ def _opt(name: str, **kwargs):
 @_opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: at the end only).")
 @_opt("--eval-batches", type=click.IntRange(min=1), help="Batches per evaluation.")
 @_opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps.")
-@_opt("--init-from", type=EXISTING, help="Start from an HF BertForPreTraining dir or our run/checkpoint "
-      "(its tokenizer must be the shards').")
+@_opt("--init-from", type=EXISTING, help="Start from our run/checkpoint or a transformers BERT or ModernBERT dir "
+      "(its tokenizer must be the shards'; its architecture and size are kept). A ModernBERT run at a longer "
+      "--max-seq-length's shards is context extension.")
 @_opt("--max-bad-steps", type=click.IntRange(min=1), help="Stop after N non-finite steps in a row.")
 @_opt("--stop-at", type=click.IntRange(min=1), help="Save and stop at this step; the schedule still "
       "runs to --max-steps (rerun to continue).")
@@ -86,14 +92,18 @@ def _opt(name: str, **kwargs):
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 @user_errors
 def pretrain(**options):
-    """Pre-train BERT on shard directories; rerun the same command to resume.
+    """Pre-train BERT or a ModernBERT-style encoder on shard directories; rerun the same
+    command to resume.
 
     Runs on one device, or on many with torchrun (DDP). Writes RUN/checkpoints/step-N/,
-    RUN/hf/ (a transformers BertForPreTraining dir) and RUN/metrics.jsonl.
+    RUN/hf/ (a transformers BertForPreTraining, BertForMaskedLM or ModernBertForMaskedLM
+    dir) and RUN/metrics.jsonl.
 
     \b
     Example:
       bertmodel pretrain --data shards/ --out run/ --preset base --batch-size 256 --lr 1e-4 --max-steps 100000
+      bertmodel pretrain --architecture modernbert --data shards/ --out run/ --masking dynamic --mask-rate 0.3 \
+          --schedule wsd --max-steps 100000
       torchrun --nproc-per-node 8 -m bertmodel.cli pretrain --data shards/ --out run/ --optimizer lamb
     """
     from bertmodel.train import train

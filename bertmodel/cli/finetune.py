@@ -119,9 +119,11 @@ unpad_option = _opt("--unpad", type=click.Choice(["auto", "on", "off"]), help=UN
 def training_options(task: str):
     """How to train; `task` adds its own (--num-labels: classify)."""
     return lambda fn: _apply(fn, [
-        click.option("--model", required=True, type=MODEL_SOURCE, help="The BERT to start from: our run/checkpoint, "
-                     "a transformers dir (BertModel, BertForPreTraining, ...), or random:PRESET (a preset's shape, "
-                     "random weights; with --tokenizer)."),
+        click.option("--model", required=True, type=MODEL_SOURCE, help="The model to start from: our run/checkpoint, "
+                     "a transformers BERT or ModernBERT dir (BertModel, BertForPreTraining, ModernBertForMaskedLM, "
+                     "...), or random:PRESET (a preset's shape, random weights; with --tokenizer)."),
+        _opt("--architecture", type=click.Choice(["bert", "modernbert"]), help="The architecture of --model "
+             "random:PRESET; any other --model carries its own."),
         _opt("--init", type=click.Choice(["pretrained", "random"]), help="random: only --model's shape, every weight "
              "drawn afresh from --seed (the control for what pre-training bought)."),
         click.option("--train", type=EXISTING, help="Training file (or save_to_disk dir)."),

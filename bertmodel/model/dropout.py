@@ -80,9 +80,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     dropout, values; in fp32 for half types, as SDPA computes them), with the mask above
     and a plain softmax: SDPA's math path also runs a fully-masked-row check (an `all` and
     a `where` over every score, 1.3 ms a layer at MiniLM/MRPC sizes). A masked score is
-    the dtype's lowest value rather than -inf, so a row with no key at all (which no
-    caller builds: every sequence has [CLS]) averages the values, where SDPA gives zeros;
-    a row with a key is the same."""
+    the dtype's lowest value rather than -inf; a row with no key at all gives zeros, as
+    SDPA does. Only a mask with its own row per query (B, 1, Q, T) can hold such a row
+    (a padding query outside every local window, model/windows.py): a padding mask
+    (B, 1, 1, T) always leaves [CLS], so it is not checked."""
     if dropout_p == 0.0 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     if q.dtype in (torch.float16, torch.bfloat16):
@@ -90,4 +91,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-2, -1))  # (B, A, Q, T)
     if mask is not None:
         scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)  # matmul keeps its inputs, not its output
-    return torch.matmul(dropout(scores.softmax(-1), dropout_p, True), v)
+    probs = scores.softmax(-1)
+    if mask is not None and mask.shape[-2] > 1:
+        probs = probs * mask.any(-1, keepdim=True)  # rows with no key: zeros, as SDPA
+    return torch.matmul(dropout(probs, dropout_p, True), v)

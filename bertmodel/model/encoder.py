@@ -192,6 +192,10 @@ class BertModel(UnpaddableEncoder):
         mask = None if _attends_everywhere(attention_mask) else attention_mask.bool()[:, None, None, :]
         return self.encoder(self.embeddings(input_ids, token_type_ids), mask, query_index)
 
+    def embedding_tables(self) -> list[nn.Embedding]:
+        emb = self.embeddings
+        return [emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings]
+
 
 def _attends_everywhere(attention_mask: torch.Tensor | None) -> bool:
     """No mask, or a CPU batch without padding (most pre-training batches: BERT's pairing

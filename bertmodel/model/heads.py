@@ -97,34 +97,26 @@ class OnlyMLMHead(nn.Module):
         self.predictions = LMPredictionHead(config)
 
 
-class BertWithHead(nn.Module):
-    """What every head model shares: the encoder as `bert`, BERT's init, parameter
-    counts and the optimizer grouping."""
+class HeadModel(nn.Module):
+    """What every head model of either architecture shares: the encoder under its
+    transformers name (`encoder_name`: "bert" or "model"), parameter counts and the
+    optimizer grouping."""
 
     hf_architecture = ""
-    has_pooler = True
+    encoder_name = "bert"
+    shared_head: tuple[str, ...] = ()  # head modules every head of the architecture has (loaded across heads)
 
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.has_pooler)
+    @property
+    def encoder(self) -> nn.Module:
+        return getattr(self, self.encoder_name)
 
     def tie_weights(self) -> None:
         """Heads with a decoder tie it to the word embeddings; others have nothing to tie."""
 
-    def init_weights(self) -> None:
-        decoder = getattr(getattr(getattr(self, "cls", None), "predictions", None), "decoder", None)
-        words = self.bert.embeddings.word_embeddings
-        self.apply(lambda m: init_weights(m, self.config, words, skip=(decoder,) if decoder is not None else ()))
-        if decoder is not None:
-            nn.init.zeros_(self.cls.predictions.bias)  # the MLM output bias starts at 0
-
     def num_params(self, embeddings: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # parameters() yields tied tensors once
         if not embeddings:
-            emb = self.bert.embeddings
-            n -= sum(m.weight.numel() for m in (emb.word_embeddings, emb.position_embeddings,
-                                                 emb.token_type_embeddings))
+            n -= sum(table.weight.numel() for table in self.encoder.embedding_tables())
         return n
 
     def param_groups(self, weight_decay: float) -> list[dict]:
@@ -137,6 +129,25 @@ class BertWithHead(nn.Module):
                 (decay if p.dim() >= 2 else no_decay).append(p)
         return [{"params": decay, "weight_decay": weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
+
+
+class BertWithHead(HeadModel):
+    """A BERT head model: the encoder as `bert`, BERT's init."""
+
+    has_pooler = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.has_pooler)
+
+    def init_weights(self) -> None:
+        decoder = getattr(getattr(getattr(self, "cls", None), "predictions", None), "decoder", None)
+        words = self.bert.embeddings.word_embeddings
+        self.apply(lambda m: init_weights(m, self.config, words, skip=(decoder,) if decoder is not None else ()))
+        if decoder is not None:
+            nn.init.zeros_(self.cls.predictions.bias)  # the MLM output bias starts at 0
+
 
 
 def _mlm_loss(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -315,7 +326,3 @@ class BertForMultipleChoice(BertWithHead):
         loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
         return MultipleChoiceOutput(loss, logits)
 
-
-HEAD_MODELS = {cls.hf_architecture: cls for cls in (BertForPreTraining, BertForMaskedLM,
-                                                    BertForSequenceClassification, BertForQuestionAnswering,
-                                                    BertForTokenClassification, BertForMultipleChoice)}

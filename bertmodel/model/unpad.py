@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from bertmodel.errors import BertmodelError
 from bertmodel.model.dropout import attention
+from bertmodel.model.windows import local_attention
 
 KERNELS = ("repad", "jagged")
 MODES = ("auto", "on", "off")
@@ -74,13 +75,16 @@ class Packing:
         return torch.nested.nested_tensor_from_jagged(t.contiguous(), offsets).transpose(1, 2)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, dropout_p: float,
-               queries_per_seq: int | None = None) -> torch.Tensor:
+               queries_per_seq: int | None = None, window: int | None = None, block: int = 128,
+               query_positions: torch.Tensor | None = None) -> torch.Tensor:
         """q (M, H): every real token (M = N), or queries_per_seq rows of each sequence
-        (M = B * Q); k and v (N, H) -> (M, H): each query attends to the real tokens of
-        its own sequence."""
+        (M = B * Q, at query_positions (B, Q) when `window` is set); k and v (N, H) ->
+        (M, H): each query attends to the real tokens of its own sequence, or, with
+        `window`, to those at most `window` positions away (model/windows.py; always the
+        repad kernel: nested tensors take no mask)."""
         B, T, H = self.batch, self.seq, k.shape[-1]
         D = H // heads
-        if self.kernel == "jagged":
+        if self.kernel == "jagged" and window is None:
             q_offsets = (self.offsets if queries_per_seq is None else
                          torch.arange(B + 1, device=q.device) * queries_per_seq)
             y = F.scaled_dot_product_attention(
@@ -93,13 +97,18 @@ class Packing:
             q = self.unpack(q).view(B, T, heads, D).transpose(1, 2)
         else:
             q = q.view(B, queries_per_seq, heads, D).transpose(1, 2)  # (B, A, Q, D)
-        y = attention(q, k, v, self.mask, dropout_p)
+        if window is None:
+            y = attention(q, k, v, self.mask, dropout_p)
+        else:
+            y = local_attention(q, k, v, self.mask[:, 0, 0], window, dropout_p, block, query_positions)
         y = y.transpose(1, 2).reshape(B, -1, H)  # (B, T or Q, H)
         return self.pack(y) if queries_per_seq is None else y.reshape(-1, H)
 
 
 # Heads whose batches are mostly padding and measured faster packed on a CPU (resolve).
-PACKED_ON_CPU = ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice")
+PACKED_ON_CPU = ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice",
+                 "ModernBertForSequenceClassification", "ModernBertForTokenClassification",
+                 "ModernBertForMultipleChoice")
 
 
 def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = None) -> str | None:
@@ -150,5 +159,8 @@ class UnpaddableEncoder(torch.nn.Module):
 
 
 def _bert_of(model: torch.nn.Module):
-    bert = model if isinstance(model, UnpaddableEncoder) else getattr(model, "bert", None)
-    return bert if isinstance(bert, UnpaddableEncoder) else None
+    if isinstance(model, UnpaddableEncoder):
+        return model
+    # a head model: its encoder under transformers' name ("bert", or ModernBERT's "model")
+    encoder = getattr(model, getattr(model, "encoder_name", "bert"), None)
+    return encoder if isinstance(encoder, UnpaddableEncoder) else None

@@ -16,9 +16,10 @@ import torch
 from bertmodel.data.choice import ChoiceExamples, EncodedChoices, encode_choices, pad_choices, read_choices
 from bertmodel.data.tables import Table, open_hub_table, open_table
 from bertmodel.errors import BertmodelError
-from bertmodel.model import BertForMultipleChoice
-from bertmodel.model.config import BertConfig
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, encoder_flops, forward_all,
+from bertmodel.model import HeadModel
+from bertmodel.model.config import BertConfig, config_from_dict
+from bertmodel.training.metrics import encoder_flops
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
 
 
@@ -69,7 +70,7 @@ class MultipleChoiceStats(IntervalStats):
 
 class MultipleChoiceTask(FinetuningTask):
     name = "multiple_choice"
-    architecture = "BertForMultipleChoice"
+    head_kind = "choice"  # BertForMultipleChoice, or its ModernBERT twin (model.HEADS)
 
     def __init__(self, cfg, d, log, evaluation_only: bool = False):
         """evaluation_only: a trained model's evaluation or prediction, no training data read."""
@@ -104,11 +105,11 @@ class MultipleChoiceTask(FinetuningTask):
         return self.validation is not None
 
     # -- the model -------------------------------------------------------------------
-    def fresh_model(self, log) -> BertForMultipleChoice:
-        return start_from(BertForMultipleChoice, self.pre, log, init=self.cfg.init)
+    def fresh_model(self, log) -> HeadModel:
+        return start_from(self.model_class, self.pre, log, init=self.cfg.init)
 
-    def model_for_checkpoint(self, resume: dict) -> BertForMultipleChoice:
-        model = BertForMultipleChoice(BertConfig.from_dict(resume["config"]))
+    def model_for_checkpoint(self, resume: dict) -> HeadModel:
+        model = self.model_class(config_from_dict(resume["config"]))
         model.load_state_dict(resume["model"])
         return model
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bertmodel.model.config import BertConfig
+from bertmodel.model import HeadModel
+from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.data.classification import encode_examples, pad_batch
 from bertmodel.data.labels import LabelSpace
 from bertmodel.data.tables import LabelledTexts, read_hub_dataset, read_table
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.classification import classification_metrics, json_ready, regression_metrics
-from bertmodel.model import BertForSequenceClassification
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, encoder_flops, forward_all,
+from bertmodel.training.metrics import encoder_flops
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
 
 
@@ -70,7 +71,7 @@ class ClassificationStats(IntervalStats):
 
 class ClassificationTask(FinetuningTask):
     name = "classification"
-    architecture = "BertForSequenceClassification"
+    head_kind = "classify"  # BertForSequenceClassification, or its ModernBERT twin (model.HEADS)
 
     def __init__(self, cfg, d, log, label_space: LabelSpace | None = None):
         """label_space given (a trained model's): evaluation only, no training data read."""
@@ -132,13 +133,13 @@ class ClassificationTask(FinetuningTask):
         return self.validation is not None
 
     # -- the model -------------------------------------------------------------------
-    def fresh_model(self, log) -> BertForSequenceClassification:
-        return start_from(BertForSequenceClassification, self.pre, log, init=self.cfg.init,
+    def fresh_model(self, log) -> HeadModel:
+        return start_from(self.model_class, self.pre, log, init=self.cfg.init,
                           labels=list(self.labels.id2label().values()),
                           num_labels=self.labels.num_labels)
 
-    def model_for_checkpoint(self, resume: dict) -> BertForSequenceClassification:
-        model = BertForSequenceClassification(BertConfig.from_dict(resume["config"]), self.labels.num_labels)
+    def model_for_checkpoint(self, resume: dict) -> HeadModel:
+        model = self.model_class(config_from_dict(resume["config"]), self.labels.num_labels)
         model.load_state_dict(resume["model"])
         return model
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.model.config import PRESETS, BertConfig
+from bertmodel.model import head_class
+from bertmodel.model.config import PRESETS, BertConfig, preset_config, vocabulary_ids
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import Pretrained, load_into, load_pretrained
@@ -20,11 +21,12 @@ from bertmodel.training.run_dir import source_identity
 RANDOM_PREFIX = "random:"  # --model random:PRESET: a preset's shape, no weights
 
 
-def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, TokenizerInfo]:
+def open_model(model: str, tokenizer: str | None, architecture: str = "bert") -> tuple[Pretrained, TokenizerInfo]:
     """The pretrained model a fine-tuning run starts from, and the tokenizer to use.
-    `random:PRESET` is a preset's shape with no weights (the tokenizer must be given)."""
+    `random:PRESET` is a preset's shape of `architecture` with no weights (the tokenizer
+    must be given); any other model carries its architecture."""
     if model.startswith(RANDOM_PREFIX):
-        return _random_preset(model.removeprefix(RANDOM_PREFIX), tokenizer)
+        return _random_preset(model.removeprefix(RANDOM_PREFIX), tokenizer, architecture)
     pre = load_pretrained(model)
     tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
     if tok is None:
@@ -36,14 +38,14 @@ def open_model(model: str, tokenizer: str | None) -> tuple[Pretrained, Tokenizer
     return pre, tok
 
 
-def _random_preset(preset: str, tokenizer: str | None) -> tuple[Pretrained, TokenizerInfo]:
+def _random_preset(preset: str, tokenizer: str | None, architecture: str) -> tuple[Pretrained, TokenizerInfo]:
     if preset not in PRESETS:
         raise BertmodelError(f"--model {RANDOM_PREFIX}{preset}: no such preset; choose one of "
                              + ", ".join(f"{RANDOM_PREFIX}{p}" for p in PRESETS))
     if not tokenizer:
         raise BertmodelError(f"--model {RANDOM_PREFIX}{preset} has no tokenizer of its own; pass --tokenizer")
     tok = tokenizer_info(Path(tokenizer))
-    config = BertConfig.preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.special_ids.get("pad", 0))
+    config = preset_config(architecture, preset, **vocabulary_ids(tok, architecture))
     return Pretrained(config, {}, tok, Path(f"{RANDOM_PREFIX}{preset}"), architecture="none"), tok
 
 
@@ -97,7 +99,10 @@ def start_from(model_cls, pre: Pretrained, log, init: str = "pretrained", labels
     theirs = source_labels(pre)
     if pre.architecture != model_cls.hf_architecture or (labels is not None and theirs != list(labels)):
         ours = _head_names(model)  # the source's other tensors (an MLM head) load_into reports as unused
-        kept = {k: v for k, v in pre.state_dict.items() if k.startswith("bert.") or k.split(".")[0] not in ours}
+        # The encoder, and modules every head of the architecture shares (ModernBERT's
+        # `head`: transformers loads it from an MLM checkpoint into any head, so do we).
+        shared = (f"{model_cls.encoder_name}.", *(f"{m}." for m in model_cls.shared_head))
+        kept = {k: v for k, v in pre.state_dict.items() if k.startswith(shared) or k.split(".")[0] not in ours}
         if len(kept) < len(pre.state_dict):
             why = (f"a {pre.architecture} head" if pre.architecture != model_cls.hf_architecture
                    else f"its labels ({', '.join(theirs or [])}) are not this run's ({', '.join(labels)})")
@@ -119,16 +124,25 @@ def source_labels(pre: Pretrained) -> list[str] | None:
 
 def _head_names(model: torch.nn.Module) -> set[str]:
     """The model's top-level modules other than the encoder (its head)."""
-    return {name for name, _ in model.named_children() if name != "bert"}
+    return {name for name, _ in model.named_children() if name != model.encoder_name}
 
 
 class FinetuningTask:
     """What every fine-tuning task opens first: the starting model and its tokenizer, the
-    length check, the tokenizer path the encoders read, and the batch padding policy."""
+    head for the task on the model's architecture (`head_kind`, model.HEADS), the length
+    check, the tokenizer path the encoders read, and the batch padding policy."""
+
+    head_kind = ""
 
     def __init__(self, cfg, d, log):
         self.cfg, self.d, self.log = cfg, d, log
-        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer)
+        wanted = getattr(cfg, "architecture", None)
+        self.pre, self.tokenizer = open_model(cfg.model, cfg.tokenizer, wanted or "bert")
+        if wanted is not None and self.pre.config.architecture != wanted:
+            raise BertmodelError(f"--architecture {wanted} conflicts with {cfg.model}, a {self.pre.config.architecture} "
+                                 "model; a model brings its architecture, so drop --architecture")
+        self.model_class = head_class(self.pre.config, self.head_kind)
+        self.architecture = self.model_class.hf_architecture
         check_length(cfg.max_seq_length, self.pre.config, cfg.model)
         self.tok = tokenizer_path(self.tokenizer)
         self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
@@ -178,24 +192,6 @@ class IntervalStats:
 def pad_multiple(device: torch.device) -> int:
     # Multiples of 8 feed tensor cores on CUDA; on a CPU every padded column is wasted work.
     return 8 if device.type == "cuda" else 1
-
-
-def encoder_flops(config: BertConfig, batch: int, seq_len: int, last_layer_rows: int | None = None,
-                  tokens: int | None = None, attention_pairs: int | None = None) -> float:
-    """Training FLOPs (6 per MAC: forward + backward) of the encoder on (batch, seq_len),
-    where the last layer computes only `last_layer_rows` rows per sequence when given
-    (its keys and values still cover every token). tokens / attention_pairs: what an
-    unpadded batch computes (metrics.unpadded_extent; default the padded B * T, B * T^2)."""
-    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    tokens = batch * seq_len if tokens is None else tokens
-    pairs = batch * seq_len * seq_len if attention_pairs is None else attention_pairs
-    full_layer = (4 * H * H + 2 * H * I) * tokens + 2 * H * pairs  # weights + QK^T, AV
-    if last_layer_rows is None:
-        return 6 * L * full_layer
-    rows = batch * last_layer_rows
-    # Each kept query attends to its own sequence's keys: tokens / batch per row on average.
-    last = 2 * H * H * tokens + (2 * H * H + 2 * H * I) * rows + 2 * H * rows * tokens / batch
-    return 6 * ((L - 1) * full_layer + last)
 
 
 @torch.no_grad()

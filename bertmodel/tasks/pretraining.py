@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from bertmodel.training import parallel
-from bertmodel.model.config import BertConfig
+from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict, preset_config
 from bertmodel.data import ShardDataset, eval_batches
 from bertmodel.data.recipes import (DEFAULT_OBJECTIVE, PAIRING_WORDS, DynamicMasking, default_max_predictions,
                                     masking_vocabulary, objective_for, pairing_of_dir)
@@ -22,7 +22,7 @@ from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
 from bertmodel.training.metrics import StepStats, train_flops
-from bertmodel.model import BertForMaskedLM, BertForPreTraining
+from bertmodel.model import head_class
 from bertmodel.training.run_dir import source_identity
 from bertprep.instances import MaskingConfig
 
@@ -60,8 +60,18 @@ class PretrainingTask:
         self.cfg, self.d, self.log = cfg, d, log
         self.shards = self._open(cfg.data)
         self.tokenizer = self.shards.tokenizer
-        self.objective = objective_for(cfg.objective, self.shards.dirs)
-        self.model_class = BertForMaskedLM if self.objective == "mlm" else BertForPreTraining
+        self.init = load_pretrained(cfg.init_from) if cfg.init_from else None
+        kind = self.init.config.architecture if self.init is not None else cfg.architecture or "bert"
+        if self.init is not None and cfg.architecture not in (None, kind):
+            raise BertmodelError(f"--architecture {cfg.architecture} conflicts with {cfg.init_from}, a {kind} model; "
+                                 "--init-from brings its architecture, so drop --architecture")
+        if kind == "modernbert":
+            # MLM alone, from any shards: a pair row is read as one sequence (its segment
+            # ids ignored: the architecture has no segment embeddings).
+            self.objective = objective_for(cfg.objective or "mlm", self.shards.dirs)
+        else:
+            self.objective = objective_for(cfg.objective, self.shards.dirs)
+        self.model_class = head_class(kind, "mlm" if self.objective == "mlm" else "pretraining")
         self.architecture = self.model_class.hf_architecture
         self.train_set = self.shards if cfg.masking == "static" else self._dynamic(self.shards)
         if not self.tokenizer.files:
@@ -111,12 +121,11 @@ class PretrainingTask:
                 raise BertmodelError(f"shards hold sequences of {data.max_seq_length} tokens but the model has "
                                      f"{config.max_position_embeddings} positions")
 
-    def _wanted_config(self) -> BertConfig:
-        tok = self.tokenizer
-        return self.cfg.model_config(tok.vocab_size, tok.special_ids.get("pad", 0))
+    def _wanted_config(self) -> BertConfig | ModernBertConfig:
+        return self.cfg.model_config(self.tokenizer)
 
     def model_for_checkpoint(self, resume: dict):
-        config = BertConfig.from_dict(resume["config"])
+        config = config_from_dict(resume["config"])
         if not self.cfg.init_from and self._wanted_config() != config:
             raise BertmodelError(f"{self.cfg.out} holds checkpoints of another model ({config.num_hidden_layers} "
                                  f"layers, hidden {config.hidden_size}); use another --out or the same size options")
@@ -131,13 +140,13 @@ class PretrainingTask:
             config = self._wanted_config()
             self._check_positions(config)
             return self.model_class(config)
-        pre = load_pretrained(cfg.init_from)
+        pre = self.init
         if cfg.preset is not None:
-            from bertmodel.model.config import PRESETS
-
+            wanted = preset_config(pre.config.architecture, cfg.preset, vocab_size=pre.config.vocab_size)
             shape = (pre.config.num_hidden_layers, pre.config.hidden_size, pre.config.num_attention_heads)
-            if PRESETS[cfg.preset] != shape:
-                raise BertmodelError(f"--preset {cfg.preset} ({'/'.join(map(str, PRESETS[cfg.preset]))}) conflicts "
+            preset = (wanted.num_hidden_layers, wanted.hidden_size, wanted.num_attention_heads)
+            if preset != shape:
+                raise BertmodelError(f"--preset {cfg.preset} ({'/'.join(map(str, preset))}) conflicts "
                                      f"with {cfg.init_from} ({'/'.join(map(str, shape))}); --init-from takes the "
                                      "model size from the checkpoint, so drop --preset")
         if pre.config.vocab_size != tok.vocab_size:

@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.model.config import BertConfig
+from bertmodel.model import HeadModel
+from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.data.qa_decode import decode_predictions, write_nbest_predictions, write_predictions
 from bertmodel.data.qa_features import QAFeatures, prepare_qa_features
 from bertmodel.data.squad import read_squad
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.squad_metric import squad_metric
-from bertmodel.model import BertForQuestionAnswering
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, encoder_flops, forward_all,
+from bertmodel.training.metrics import encoder_flops
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
 
 
@@ -74,7 +75,7 @@ class QAStats(IntervalStats):
 
 class QATask(FinetuningTask):
     name = "qa"
-    architecture = "BertForQuestionAnswering"
+    head_kind = "qa"  # BertForQuestionAnswering, or its ModernBERT twin (model.HEADS)
 
     def __init__(self, cfg, d, log, evaluation_only: bool = False):
         """evaluation_only: no training data read (for `bertmodel evaluate`)."""
@@ -136,11 +137,11 @@ class QATask(FinetuningTask):
     def has_eval(self) -> bool:
         return self.validation is not None
 
-    def fresh_model(self, log) -> BertForQuestionAnswering:
-        return start_from(BertForQuestionAnswering, self.pre, log, init=self.cfg.init)
+    def fresh_model(self, log) -> HeadModel:
+        return start_from(self.model_class, self.pre, log, init=self.cfg.init)
 
-    def model_for_checkpoint(self, resume: dict) -> BertForQuestionAnswering:
-        model = BertForQuestionAnswering(BertConfig.from_dict(resume["config"]))
+    def model_for_checkpoint(self, resume: dict) -> HeadModel:
+        model = self.model_class(config_from_dict(resume["config"]))
         model.load_state_dict(resume["model"])
         return model
 

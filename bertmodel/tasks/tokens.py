@@ -21,9 +21,10 @@ from bertmodel.data.tagged import TaggedSentences, read_tagged
 from bertmodel.data.word_windows import IGNORE_INDEX, WordWindows, encode_words
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.entities import entity_metrics, to_iob2
-from bertmodel.model import BertForTokenClassification
-from bertmodel.model.config import BertConfig
-from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, encoder_flops, forward_all, split_identity,
+from bertmodel.model import HeadModel
+from bertmodel.model.config import BertConfig, config_from_dict
+from bertmodel.training.metrics import encoder_flops
+from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, forward_all, split_identity,
                                         start_from)
 
 
@@ -105,7 +106,7 @@ class TokenStats:
 
 class TokenClassificationTask(FinetuningTask):
     name = "token_classification"
-    architecture = "BertForTokenClassification"
+    head_kind = "tokens"  # BertForTokenClassification, or its ModernBERT twin (model.HEADS)
 
     def __init__(self, cfg, d, log, tag_set: TagSet | None = None):
         """tag_set given (a trained model's): evaluation only, no training data read."""
@@ -164,12 +165,12 @@ class TokenClassificationTask(FinetuningTask):
         return self.validation is not None
 
     # -- the model -------------------------------------------------------------------
-    def fresh_model(self, log) -> BertForTokenClassification:
-        return start_from(BertForTokenClassification, self.pre, log, init=self.cfg.init, labels=list(self.tags.tags),
+    def fresh_model(self, log) -> HeadModel:
+        return start_from(self.model_class, self.pre, log, init=self.cfg.init, labels=list(self.tags.tags),
                           num_labels=len(self.tags.tags))
 
-    def model_for_checkpoint(self, resume: dict) -> BertForTokenClassification:
-        model = BertForTokenClassification(BertConfig.from_dict(resume["config"]), len(self.tags.tags))
+    def model_for_checkpoint(self, resume: dict) -> HeadModel:
+        model = self.model_class(config_from_dict(resume["config"]), len(self.tags.tags))
         model.load_state_dict(resume["model"])
         return model
 

@@ -64,19 +64,41 @@ def unpadded_extent(attention_mask) -> dict[str, int]:
     return {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())}
 
 
-def train_flops(config: BertConfig, batch: int, seq_len: int, predictions: int, pair_head: bool = True,
-                tokens: int | None = None, attention_pairs: int | None = None) -> float:
-    """Training FLOPs (forward + backward) of one micro-batch of shape (batch, seq_len);
-    tokens / attention_pairs: what an unpadded batch computes (default: the padded B * T
-    and B * T^2)."""
-    H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+def encoder_flops(config, batch: int, seq_len: int, last_layer_rows: int | None = None,
+                  tokens: int | None = None, attention_pairs: int | None = None) -> float:
+    """Training FLOPs (6 per MAC: forward + backward) of the encoder on (batch, seq_len),
+    where the last layer computes only `last_layer_rows` rows per sequence when given
+    (its keys and values still cover every token). tokens / attention_pairs: what an
+    unpadded batch computes (unpadded_extent; default the padded B * T, B * T^2). Each
+    layer's attention counts the keys it reads (a local layer's window, config.attended_pairs)."""
+    H, L = config.hidden_size, config.num_hidden_layers
+    weights = config.layer_weight_macs()  # per token
     tokens = batch * seq_len if tokens is None else tokens
     pairs = batch * seq_len * seq_len if attention_pairs is None else attention_pairs
-    kept = batch * (1 + predictions)  # rows the last layer computes
-    layer_weights = 4 * H * H + 2 * H * I
-    flops = (6 * (L - 1) * layer_weights * tokens + 12 * (L - 1) * H * pairs
-             + 6 * 2 * H * H * tokens + 6 * (2 * H * H + 2 * H * I) * kept + 12 * H * kept * tokens / batch
-             + 6 * (H * H + H * V) * batch * predictions)
+    macs = 0.0
+    for layer in range(L):
+        layer_pairs = config.attended_pairs(layer, pairs, tokens)
+        if last_layer_rows is None or layer < L - 1:
+            macs += weights * tokens + 2 * H * layer_pairs  # weights + QK^T, AV
+        else:
+            rows = batch * last_layer_rows
+            # K and V for every token; Q, the output and the MLP for the kept rows, each
+            # attending to its own sequence's keys (tokens / batch on average; locally at
+            # most the window): as pairs of `rows` queries of that many keys.
+            kept_pairs = config.attended_pairs(layer, rows * tokens / batch, rows)
+            macs += 2 * H * H * tokens + (weights - 2 * H * H) * rows + 2 * H * kept_pairs
+    return 6 * macs
+
+
+def train_flops(config, batch: int, seq_len: int, predictions: int, pair_head: bool = True,
+                tokens: int | None = None, attention_pairs: int | None = None) -> float:
+    """Training FLOPs (forward + backward) of one pre-training micro-batch of shape
+    (batch, seq_len) with `predictions` MLM slots per row: the encoder, its last layer at
+    [CLS] and the slots, the MLM head there (and the pair head); tokens /
+    attention_pairs: what an unpadded batch computes (default: the padded B * T and B * T^2)."""
+    H, V = config.hidden_size, config.vocab_size
+    flops = encoder_flops(config, batch, seq_len, 1 + predictions, tokens, attention_pairs)
+    flops += 6 * (H * H + H * V) * batch * predictions
     if pair_head:
         flops += 6 * (H * H + 2 * H) * batch
     return flops
