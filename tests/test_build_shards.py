@@ -181,8 +181,8 @@ def test_cli_errors_are_one_line(corpus, vocab, tmp_path):
     runner = CliRunner()
     base = ["build-shards", str(corpus), "--tokenizer", str(vocab), "--out", str(tmp_path / "o"), "--quiet"]
     cases = [
-        (["--max-seq-length", "4"], "--max-seq-length: 4 is outside 8..512 (BERT has 512 positions)"),
-        (["--max-seq-length", "600"], "--max-seq-length: 600 is outside 8..512 (BERT has 512 positions)"),
+        (["--max-seq-length", "4"], "--max-seq-length: 4 is outside 8..8192 (the longest context of the models here; BERT has 512 positions)"),
+        (["--max-seq-length", "9000"], "--max-seq-length: 9000 is outside 8..8192 (the longest context of the models here; BERT has 512 positions)"),
         (["--masked-lm-prob", "1.5"], "--masked-lm-prob: 1.5 is not strictly between 0 and 1"),
         (["--max-predictions-per-seq", "0"], "--max-predictions-per-seq: must be at least 1"),
         (["--workers", "0"], "--workers: must be at least 1"),

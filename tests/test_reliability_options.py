@@ -26,8 +26,8 @@ def inputs(tmp_path_factory):
 
 
 BUILD_SHARDS = [
-    (["--max-seq-length", "7"], 1, "--max-seq-length: 7 is outside 8..512 (BERT has 512 positions)"),
-    (["--max-seq-length", "513"], 1, "--max-seq-length: 513 is outside 8..512 (BERT has 512 positions)"),
+    (["--max-seq-length", "7"], 1, "--max-seq-length: 7 is outside 8..8192 (the longest context of the models here; BERT has 512 positions)"),
+    (["--max-seq-length", "8193"], 1, "--max-seq-length: 8193 is outside 8..8192 (the longest context of the models here; BERT has 512 positions)"),
     (["--masked-lm-prob", "0"], 1, "--masked-lm-prob: 0.0 is not strictly between 0 and 1"),
     (["--masked-lm-prob", "1"], 1, "--masked-lm-prob: 1.0 is not strictly between 0 and 1"),
     (["--masked-lm-prob", "-0.1"], 1, "--masked-lm-prob: -0.1 is not strictly between 0 and 1"),

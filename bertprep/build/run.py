@@ -26,8 +26,8 @@ from bertprep.storage import stores as storage
 from bertprep.storage import remove_stale_temporaries, write_json_atomic
 from bertprep.build.checks import changed_input, contradicted_options, input_states, same_build
 from bertprep.build.progress import TrackedExecutor
-from bertprep.build.tasks import (RECORD_BATCH_ROWS, FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
-                                  fingerprint_input, gather_shard, pair_partition, scatter_partition)
+from bertprep.build.tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
+                                  fingerprint_input, gather_shard, pair_partition, record_batch_rows, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.build.fingerprints import fingerprint_sources, input_fingerprints
@@ -345,8 +345,12 @@ def _scatter_cost(config: BuildConfig) -> TaskCost:
 def _gather_cost(config: BuildConfig, rows: int) -> TaskCost:
     # The shard's rows in the mapped scatter batches (resident once read), one copy of
     # them past FEW_SOURCES partitions, and the record batches being taken and written.
-    row_bytes = 4 * config.max_seq_length + 64
-    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + (2 * rows + 3 * RECORD_BATCH_ROWS) * row_bytes)
+    # A row: its ids and segment ids (3 bytes a token, rounded up to 4), its masked
+    # positions and labels (4 bytes each) and offsets. Both `rows` (default_shard_rows)
+    # and the batch rows shrink as rows grow past 512, so this stays bounded at 8,192.
+    row_bytes = 4 * config.max_seq_length + 4 * config.max_predictions_per_seq + 64
+    batch_rows = record_batch_rows(config.max_seq_length)
+    return TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY + (2 * rows + 3 * batch_rows) * row_bytes)
 
 
 def _check_and_publish(staging, out, config: BuildConfig) -> None:

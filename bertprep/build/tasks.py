@@ -45,7 +45,17 @@ from bertprep.instances import add_stats, empty_stats
 from bertprep.instances import build_rows
 from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
 
-RECORD_BATCH_ROWS = 4096  # rows per record batch in the final shards
+RECORD_BATCH_ROWS = 4096  # rows per record batch in the final shards, up to 512 tokens a row
+RECORD_BATCH_TOKENS = RECORD_BATCH_ROWS * 512
+
+
+def record_batch_rows(max_seq_length: int) -> int:
+    """Rows per record batch of a final shard: 4,096 up to 512 tokens a row (unchanged
+    bytes there), then fewer (256 at 8,192), so a batch, which the gather task takes,
+    copies and writes a few at a time, stays ~2 M tokens, whatever the row length."""
+    return max(1, min(RECORD_BATCH_ROWS, RECORD_BATCH_TOKENS // max(1, max_seq_length)))
+
+
 FEW_SOURCES = 64  # a gather takes from the mapped batches directly up to this many partitions
 
 
@@ -335,17 +345,19 @@ def gather_shard(task: ShardTask) -> dict:
         batches.append(reader.get_batch(shard))
     rng = np.random.default_rng(stream_seed(ctx.seed, "shard", shard))
     order = rng.permutation(sum(b.num_rows for b in batches))
-    writer = write_shuffled(storage.path(out_dir) / name, batches, order, batches[0].schema)
+    writer = write_shuffled(storage.path(out_dir) / name, batches, order, batches[0].schema,
+                            record_batch_rows(ctx.pairs.max_seq_length))
     result = {"name": name, "rows": writer.rows, "bytes": writer.bytes, "sha256": writer.sha256}
     write_json_atomic(marker, result, fsync=False)
     return result
 
 
-def write_shuffled(path, batches: list, order: np.ndarray, row_schema: pa.Schema) -> ArrowWriter:
+def write_shuffled(path, batches: list, order: np.ndarray, row_schema: pa.Schema,
+                   batch_rows: int = RECORD_BATCH_ROWS) -> ArrowWriter:
     """The rows of `batches` (laid end to end; empty ones allowed) in the order `order`,
-    as one Arrow stream file at `path`, one output record batch at a time: the task
-    never holds a shuffled copy of the whole shard. Returns the closed writer (rows,
-    bytes, sha256)."""
+    as one Arrow stream file at `path`, one output record batch of `batch_rows` rows at
+    a time: the task never holds a shuffled copy of the whole shard. Returns the closed
+    writer (rows, bytes, sha256)."""
     batches = [b for b in batches if b.num_rows]
     if len(batches) > FEW_SOURCES:
         # With many partitions each output batch would draw from thousands of tiny
@@ -353,9 +365,9 @@ def write_shuffled(path, batches: list, order: np.ndarray, row_schema: pa.Schema
         # shard, then one take per output batch, is ~10x faster at 2,500 partitions.
         batches = pa.Table.from_batches(batches, schema=row_schema).combine_chunks().to_batches()
     starts = np.cumsum([0] + [b.num_rows for b in batches])
-    with ArrowWriter(path, row_schema, batch_rows=RECORD_BATCH_ROWS, digest=True) as writer:
-        for lo in range(0, len(order), RECORD_BATCH_ROWS):
-            writer.write(_take_rows(batches, starts, order[lo:lo + RECORD_BATCH_ROWS], row_schema))
+    with ArrowWriter(path, row_schema, batch_rows=batch_rows, digest=True) as writer:
+        for lo in range(0, len(order), batch_rows):
+            writer.write(_take_rows(batches, starts, order[lo:lo + batch_rows], row_schema))
     return writer
 
 
@@ -387,5 +399,6 @@ __all__ = [
     "scatter_partition",
     "gather_shard",
     "write_shuffled",
+    "record_batch_rows",
     "stream_seed",
 ]

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from bertprep.build import BuildConfig, build_shards
+from bertprep.build import SHARD_ROWS, BuildConfig, build_shards, default_shard_rows
 from bertprep.cli.kit import user_errors
 from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options, size_text
 from bertprep.corpus import plural
@@ -21,8 +21,8 @@ DEFAULTS = BuildConfig(workers=1)
 @corpus_options
 @click.option("--tokenizer", "tokenizer_path", required=True, type=click.Path(exists=True), help="A TOKDIR, a tokenizer.json or a bare vocab.txt (e.g. Google's).")
 @click.option("--out", "out", required=True, type=click.Path(), help="Output directory for the shards, manifest and tokenizer files.")
-@click.option("--max-seq-length", type=int, default=DEFAULTS.max_seq_length, show_default=True, help="Longest row, [CLS] A [SEP] B [SEP] included (BERT: 128 in phase 1, 512 in phase 2).")
-@click.option("--max-predictions-per-seq", type=int, default=DEFAULTS.max_predictions_per_seq, show_default=True, help="Most masked positions in a row (BERT: 20 at 128, 80 at 512).")
+@click.option("--max-seq-length", type=int, default=DEFAULTS.max_seq_length, show_default=True, help="Longest row, [CLS] A [SEP] B [SEP] included, from 8 to 8,192 (BERT: 128 in phase 1, 512 in phase 2, its limit; a ModernBERT-style encoder takes up to 8,192).")
+@click.option("--max-predictions-per-seq", type=int, default=DEFAULTS.max_predictions_per_seq, show_default=True, help="Most masked positions in a row, a fixed cap as in Google's script (BERT: 20 at 128, 80 at 512). It does not grow with --max-seq-length: for long rows pass about max-seq-length x masked-lm-prob (154 at 1,024, 1,229 at 8,192), or masking stays far below --masked-lm-prob (the build warns).")
 @click.option("--masked-lm-prob", type=float, default=DEFAULTS.masked_lm_prob, show_default=True, help="Share of tokens to mask and predict.")
 @click.option("--short-seq-prob", type=float, default=DEFAULTS.short_seq_prob, show_default=True, help="Share of documents whose target length is drawn uniformly from [2, max].")
 @click.option("--dupe-factor", type=int, default=DEFAULTS.dupe_factor, show_default=True, help="Passes over the corpus, each with its own pairs and masks.")
@@ -30,7 +30,7 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--pairs", type=click.Choice(["nsp", "sop", "none"]), default=DEFAULTS.pairs, show_default=True, help="Row layout: nsp = BERT's next-sentence pairs (label 1 = random B); sop = ALBERT's sentence-order pairs (consecutive segments, label 1 = swapped); none = RoBERTa's FULL-SENTENCES (sentences packed to the length across documents, one segment, label 0).")
 @click.option("--random-from-whole-vocab", is_flag=True, help="Draw random replacements from the whole vocabulary, specials included, as Google's script does (default: ordinary tokens only).")
 @click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True, help="Random seed; same inputs, options and seed give byte-identical shards.")
-@click.option("--shard-rows", type=int, default=DEFAULTS.shard_rows, show_default=True, help="Rows per output shard.")
+@click.option("--shard-rows", type=int, default=None, help=f"Rows per output shard [default: {SHARD_ROWS:,}; past --max-seq-length 512, fewer, so that a shard holds at most {SHARD_ROWS:,} x 512 tokens: {default_shard_rows(8192):,} rows at 8,192].")
 @click.option("--num-shards", type=int, default=None, help="Write exactly this many shards instead (overrides --shard-rows).")
 @click.option("--partition-size", "partition_bytes", type=SIZE, default=size_text(DEFAULTS.partition_bytes), show_default=True, help="Text per partition, the unit of work and caching; random-next B comes from the same partition. Changes the output.")
 @click.option("--workers", type=int, default=None, help="Worker processes [default: all cores]. Does not change the output.")

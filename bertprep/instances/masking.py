@@ -31,7 +31,21 @@ import numpy as np
 
 from bertprep.instances.rows import Rows
 
-ROWS_PER_CHUNK = 4096  # bounds the (rows x length) key matrix; fixed, so output is too
+# The random keys are drawn as a (rows x longest row) matrix per chunk of rows. A chunk
+# holds ROWS_PER_CHUNK rows, or fewer when the rows are long enough that this would pass
+# KEYS_PER_CHUNK keys: up to 512 tokens a chunk is always 4,096 rows (the output at
+# those lengths is unchanged), at 8,192 it is 256, so the matrix (and argpartition's
+# index matrix beside it) stays ~16 MB each whatever --max-seq-length is. The chunking
+# depends only on the rows' lengths, so the output is as deterministic as before.
+ROWS_PER_CHUNK = 4096
+KEYS_PER_CHUNK = ROWS_PER_CHUNK * 512
+
+
+def rows_per_chunk(longest: int) -> int:
+    """Rows per key matrix for rows of at most `longest` tokens."""
+    return max(1, min(ROWS_PER_CHUNK, KEYS_PER_CHUNK // max(1, longest)))
+
+
 MASK_SHARE, KEEP_SHARE = 0.8, 0.1
 
 
@@ -108,8 +122,9 @@ def choose_positions(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: 
     special_row, special_pos = _special_positions(rows)
     counts = _counts(rows, config, special_row)
     pieces = []
-    for lo in range(0, rows.num_rows, ROWS_PER_CHUNK):
-        hi = min(lo + ROWS_PER_CHUNK, rows.num_rows)
+    step = rows_per_chunk(int(lengths.max()) if rows.num_rows else 0)
+    for lo in range(0, rows.num_rows, step):
+        hi = min(lo + step, rows.num_rows)
         a, b = np.searchsorted(special_row, [lo, hi])
         pieces.append(_chunk_positions(lengths[lo:hi], special_row[a:b] - lo, special_pos[a:b], counts[lo:hi], rng))
     positions = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
