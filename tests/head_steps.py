@@ -1,0 +1,174 @@
+"""Training two models step by step, ours and a transformers class, and the batches they
+take: what tests/test_heads_match_transformers.py (BERT) and
+tests/test_modernbert_matches_transformers.py (ModernBERT) share."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from bertmodel.data import ShardDataset
+from bertmodel.data.qa_features import prepare_qa_features
+from bertmodel.model.heads import IGNORE_INDEX
+from bertmodel.tasks.qa import WindowSet
+from bertmodel.training.optim import Schedule, build_optimizer, clip_and_step, set_lr
+from qa_fixtures import example, tiny_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+STEPS, LR, DECAY = 8, 3e-3, 0.01
+
+
+def train_both(ours, theirs, batches, clip: float | None, schedule: str = "linear", loss_free: tuple[str, ...] = ()) -> None:
+    """STEPS steps of each on (our batch, their batch) pairs; asserts the learning rate,
+    the loss and the gradient norm of every step and the final weights equal, and that
+    ours learnt (its loss on the first batch fell).
+
+    clip: the global norm to clip to (None: middle_norm's); it must lie between the
+    smallest and the largest norm of the run, so that some steps are clipped and some not (AdamW is blind to a
+    gradient scale that is the same at every step, so clipping every step or none
+    would not test it).
+
+    loss_free: parameters the loss does not depend on (a bias that shifts every logit of
+    a softmax alike). Their gradient is 0 up to rounding, which Adam scales to steps of
+    ~lr whose sign is the rounding's, so they drift apart; asserted gradient-free in
+    transformers at every step, and left out of the weight comparison."""
+    batches = list(batches)
+    if clip is None:
+        clip = middle_norm(theirs, batches, schedule)
+    ours.train(), theirs.train()
+    # Ours as the trainer builds it (AdamW over the model's own decay groups; eps as the
+    # Trainer's default) and as the loop steps it (set_lr, clip_and_step). No warmup:
+    # ours starts warmup one step ahead of transformers' schedules.
+    opt_ours = build_optimizer(ours, "adamw", LR, DECAY, torch.device("cpu"), eps=1e-8)
+    ours_schedule = Schedule(LR, 0, STEPS, kind=schedule)
+    params_ours = [p for p in ours.parameters() if p.requires_grad]
+    decay = set(transformers.Trainer.get_decay_parameter_names(None, theirs))  # uses no Trainer state
+    named = dict(theirs.named_parameters())  # tied weights once, as the Trainer sees them
+    opt_theirs = torch.optim.AdamW([
+        {"params": [p for n, p in named.items() if n in decay], "weight_decay": DECAY},
+        {"params": [p for n, p in named.items() if n not in decay], "weight_decay": 0.0}], lr=LR, eps=1e-8)
+    if schedule == "linear":
+        sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 0, STEPS)
+    else:  # NVIDIA's BERT recipe: power 0.5 down to 0
+        sched_theirs = transformers.get_polynomial_decay_schedule_with_warmup(opt_theirs, 0, STEPS, lr_end=0.0,
+                                                                              power=0.5)
+    losses, norms = [], []
+    for step, (batch_ours, batch_theirs) in enumerate(batches):
+        lr = ours_schedule(step)
+        assert lr == pytest.approx(sched_theirs.get_last_lr()[0], rel=1e-6), step
+        set_lr(opt_ours, lr)
+        loss_ours, loss_theirs = ours(**batch_ours).loss, theirs(**batch_theirs).loss
+        assert loss_ours.item() == pytest.approx(loss_theirs.item(), abs=1e-5), f"step {step}"
+        losses.append((loss_ours.item(), loss_theirs.item()))
+        loss_ours.backward(), loss_theirs.backward()
+        for name in loss_free:
+            assert float(named[name].grad.abs().max()) < 1e-6, (name, step)
+        norm_ours = clip_and_step(opt_ours, params_ours, clip)
+        norm_theirs = float(torch.nn.utils.clip_grad_norm_(list(named.values()), clip))
+        norms.append(norm_theirs)
+        opt_theirs.step(), sched_theirs.step()
+        assert norm_ours == pytest.approx(norm_theirs, rel=1e-4), f"step {step}"
+        opt_ours.zero_grad(set_to_none=True), opt_theirs.zero_grad(set_to_none=True)
+    assert len(losses) == STEPS
+    assert min(norms) < clip < max(norms), norms
+    theirs_state = theirs.state_dict()
+    for name, weight in ours.state_dict().items():
+        if name not in loss_free:
+            torch.testing.assert_close(weight, theirs_state[name], atol=1e-5, rtol=1e-4,
+                                       msg=lambda m, name=name: f"{name}: {m}")
+    with torch.no_grad():  # it trained: not a comparison of two idle models
+        assert ours(**batches[0][0]).loss.item() < losses[0][0] - 0.01
+
+
+def moved(ours, before: dict, name: str) -> float:
+    return float((ours.state_dict()[name] - before[name]).abs().max())
+
+
+QA_EXAMPLES = [
+    ("the cat sat on the mat in istanbul . a cafe hosted the muller cat in the angstrom mat .",
+     "where did the cat sat?", "istanbul"),
+    ("a cat sat on a mat . the mat sat on the cat . the cafe in istanbul hosted an angstrom .",
+     "what hosted an angstrom?", "the cafe in istanbul"),
+    ("who sat on the mat ? the muller cat did . the cafe hosted a cat . the mat sat in istanbul .",
+     "who sat?", "the muller cat"),
+    ("in istanbul the cafe hosted the cat . on the mat sat a muller . what sat on an angstrom ? the mat .",
+     "what sat on an angstrom?", "the mat"),
+]
+
+
+def qa_batches(vocab_size: int):
+    """STEPS batches of 6 windows collated as QATask collates them: windows of 24 tokens
+    with stride 6, so most do not hold their answer (labelled 0, [CLS], as our features
+    label them); in every other batch some labels lie at or past the padded length,
+    which transformers clamps to T and ignores."""
+    tok = tiny_tokenizer()
+    assert tok.vocab_size <= vocab_size
+    examples = [example(context, question, answer, qid=f"q{i}")
+                for i, (context, question, answer) in enumerate(QA_EXAMPLES)]
+    features = prepare_qa_features(examples, tok, max_seq_length=24, doc_stride=6, max_query_length=8)
+    windows = WindowSet(features, tok.special.pad, 1)
+    rng = np.random.default_rng(0)
+    outside = inside = beyond = 0
+    for step in range(STEPS):
+        batch = {k: torch.from_numpy(v) for k, v in windows.collate(rng.choice(len(windows), 6, False)).items()}
+        T = batch["input_ids"].shape[1]
+        starts, ends = batch["start_positions"], batch["end_positions"]
+        outside += int(((starts == 0) & (ends == 0)).sum())
+        inside += int((starts > 0).sum())
+        if step % 2:  # rows 0 and 1 past the sequence: ignored; rows 2.. still count
+            starts[0], ends[0], ends[1] = T, T + 7, 10_000
+            beyond += 1
+        assert ((starts < T) & (starts >= 0)).any() and ((ends < T) & (ends >= 0)).any()  # a loss to take
+        yield batch, dict(batch)
+    assert outside and inside and beyond  # the batches hold every kind of label
+
+
+def pretraining_batches(shards: ShardDataset, with_pair: bool):
+    """The loader's collated rows (8 a batch), and for transformers the same with the
+    (B, P) slot labels spread over a (B, T) label map, -100 elsewhere."""
+    for step in range(STEPS):
+        arrays = shards.collate(np.arange(step * 8, step * 8 + 8))
+        ours = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        positions, labels = ours["masked_lm_positions"], ours["masked_lm_labels"]
+        real = labels != IGNORE_INDEX
+        rows = torch.arange(len(labels))[:, None].expand_as(labels)
+        assert len(set(zip(rows[real].tolist(), positions[real].tolist()))) == int(real.sum())  # distinct slots
+        full = torch.full_like(ours["input_ids"], IGNORE_INDEX)
+        full[rows[real], positions[real]] = labels[real]
+        theirs = {k: ours[k] for k in ("input_ids", "token_type_ids", "attention_mask")} | {"labels": full}
+        if with_pair:
+            theirs["next_sentence_label"] = ours["next_sentence_label"]
+        yield ours, theirs
+
+
+def classification_batches(vocab: int, regression: bool):
+    rng = np.random.default_rng(0)
+    for _ in range(STEPS):
+        lengths = rng.integers(4, 17, 8)
+        T = int(lengths.max())
+        mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
+        ids = rng.integers(5, vocab, (8, T)) * mask
+        segments = (np.arange(T)[None] >= lengths[:, None] // 2).astype(np.int64) * mask
+        # As pad_batch gives them: float32 targets for regression, int64 ids otherwise.
+        labels = rng.normal(1.0, 2.0, 8).astype(np.float32) if regression else rng.integers(0, 3, 8)
+        batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(segments),
+                 "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(labels)}
+        yield batch, dict(batch)
+
+
+def middle_norm(theirs, batches, schedule: str) -> float:
+    """The median gradient norm of a copy of `theirs` trained on `batches` without
+    clipping: a clip that catches some steps of the clipped run and not others."""
+    model = copy.deepcopy(theirs).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=1e-8)
+    norms = []
+    for step, (_, batch) in enumerate(batches):
+        for group in opt.param_groups:
+            group["lr"] = Schedule(LR, 0, STEPS, kind=schedule)(step)
+        model(**batch).loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(list(model.parameters()), float("inf"))))
+        opt.step(), opt.zero_grad(set_to_none=True)
+    return float(np.median(norms))
