@@ -38,6 +38,9 @@ class FinetuneConfig(LoopConfig):
     architecture: str | None = None
     """The architecture of --model random:PRESET ("bert", the default, or "modernbert"); any other
     model carries its own (given, it must be that one)."""
+    classifier_pooling: str | None = None
+    """ModernBERT only: what classify and choice read, "cls" (the first token) or "mean" (of the real
+    tokens), as transformers' config field; None: the model's own (cls for a fresh one)."""
     init: str = "pretrained"
     """"pretrained": the model's weights; "random": only its shape (or --model random:PRESET's),
     every weight drawn afresh from the seed, the control that shows what pre-training bought."""
@@ -116,6 +119,8 @@ class FinetuneConfig(LoopConfig):
             self.init = "random"
         if self.architecture not in (None, "bert", "modernbert"):
             raise BertmodelError(f"architecture must be bert or modernbert, got {self.architecture!r}")
+        if self.classifier_pooling not in (None, "cls", "mean"):
+            raise BertmodelError(f"classifier pooling must be cls or mean, got {self.classifier_pooling!r}")
         if self.init not in ("pretrained", "random"):
             raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
         if self.max_seq_length is None:
@@ -142,7 +147,7 @@ class FinetuneConfig(LoopConfig):
                 ("--tokenizer", self.tokenizer)]
 
     def meaningful_options(self) -> tuple[str, ...]:
-        return MEANINGFUL + ("model", "architecture", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
+        return MEANINGFUL + ("model", "architecture", "classifier_pooling", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
                              "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples",
                              "max_eval_examples")
 

@@ -80,7 +80,14 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         return
     for name, path in tokenizer.files.items():
         shutil.copyfile(path, out_dir / name)
-    if "tokenizer_config.json" not in tokenizer.files:
+    if "tokenizer_config.json" in tokenizer.files:
+        # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
+        # (AutoTokenizer truncates to model_max_length).
+        config = json.loads((out_dir / "tokenizer_config.json").read_text())
+        if max_len > 512 and (config.get("model_max_length") or 0) < max_len:
+            config["model_max_length"] = max_len
+            (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    else:
         lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "model_max_length": max_len,
                   **SPECIAL_TOKENS_MAP}

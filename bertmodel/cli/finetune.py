@@ -124,6 +124,9 @@ def training_options(task: str):
                      "...), or random:PRESET (a preset's shape, random weights; with --tokenizer)."),
         _opt("--architecture", type=click.Choice(["bert", "modernbert"]), help="The architecture of --model "
              "random:PRESET; any other --model carries its own."),
+        _opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: classify and choice read "
+             "the first token (cls) or the mean of the real tokens (mean), as transformers' config field. Default: "
+             "the model's own."),
         _opt("--init", type=click.Choice(["pretrained", "random"]), help="random: only --model's shape, every weight "
              "drawn afresh from --seed (the control for what pre-training bought)."),
         click.option("--train", type=EXISTING, help="Training file (or save_to_disk dir)."),

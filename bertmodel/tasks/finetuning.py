@@ -141,6 +141,13 @@ class FinetuningTask:
         if wanted is not None and self.pre.config.architecture != wanted:
             raise BertmodelError(f"--architecture {wanted} conflicts with {cfg.model}, a {self.pre.config.architecture} "
                                  "model; a model brings its architecture, so drop --architecture")
+        pooling = getattr(cfg, "classifier_pooling", None)
+        if pooling is not None:
+            if self.pre.config.architecture != "modernbert":
+                raise BertmodelError(f"--classifier-pooling is for the modernbert architecture; {cfg.model} is "
+                                     f"{self.pre.config.architecture} (BERT reads the pooled [CLS])")
+            self.pre = dataclasses.replace(self.pre, config=dataclasses.replace(self.pre.config,
+                                                                                classifier_pooling=pooling))
         self.model_class = head_class(self.pre.config, self.head_kind)
         self.architecture = self.model_class.hf_architecture
         check_length(cfg.max_seq_length, self.pre.config, cfg.model)
