@@ -17,7 +17,8 @@ def losses(run) -> list[float]:
 
 
 @pytest.mark.slow  # inductor compiles C++ on CPU: about a minute on two cores
-def test_compiled_training_matches_eager(tmp_path, request):
+@pytest.mark.parametrize("architecture", ["bert", "modernbert"])
+def test_compiled_training_matches_eager(tmp_path, request, architecture):
     import torch._dynamo
     import torch._inductor.config
 
@@ -31,7 +32,9 @@ def test_compiled_training_matches_eager(tmp_path, request):
 
     # Short rows (10% drawn from 8..64) give batches of several padded lengths.
     shards = small_shard_dir(tmp_path / "small", rows=64, max_seq_length=64)
-    base = dict(data=[str(shards)], preset="tiny", layers=1, hidden=32, heads=2, intermediate=64, batch_size=4,
+    # ModernBERT: 2 layers, one global and one local (its window covers these rows: the masked path).
+    base = dict(data=[str(shards)], preset="tiny", layers=1 if architecture == "bert" else 2, hidden=32, heads=2,
+                intermediate=64, architecture=architecture, batch_size=4,
                 max_steps=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=100, progress=False, seed=2)
     train(TrainConfig(out=str(tmp_path / "eager"), **base), log=lambda *a: None)
     torch._dynamo.reset()
@@ -42,6 +45,6 @@ def test_compiled_training_matches_eager(tmp_path, request):
     assert compiled == pytest.approx(eager, abs=1e-5)
     # no `_orig_mod.` (compile) or `compiled.` (the dynamic-shape wrapper) prefixes
     state = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "compiled"))
-    assert all(k.startswith(("bert.", "cls.")) for k in state["model"])
+    assert all(k.startswith(("bert.", "cls.", "model.", "head.", "decoder.")) for k in state["model"])
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert frames <= 2, frames  # one graph for the lengths seen (plus at most one specialisation)
