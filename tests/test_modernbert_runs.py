@@ -24,7 +24,9 @@ from shared_data import SHARED_DATA
 
 transformers = pytest.importorskip("transformers")
 TEXT, VOCAB = SHARED_DATA / "wikitext-2-raw-train-head.txt", SHARED_DATA / "bert-base-uncased-vocab.txt"
-pytestmark = pytest.mark.skipif(not TEXT.exists(), reason="../shared/data (WikiText-2 slice, bert vocab) is absent")
+pytestmark = [pytest.mark.skipif(not TEXT.exists(), reason="../shared/data (WikiText-2 slice, bert vocab) is absent"),
+              pytest.mark.slow,  # about 100 s in all: one worker builds the shards and the run once
+              pytest.mark.xdist_group("modernbert-runs")]
 FAST = ("--preset", "tiny", "--batch-size", 8, "--log-every", 5, "--no-progress", "--seed", 3)
 
 
