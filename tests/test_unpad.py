@@ -149,8 +149,8 @@ def test_pretrain_unpadded_gives_the_padded_losses(tmp_path, monkeypatch):
     transformers = pytest.importorskip("transformers")
     real_config = TrainConfig.model_config
 
-    def no_dropout(self, vocab_size, pad_id):
-        c = real_config(self, vocab_size, pad_id)
+    def no_dropout(self, tokenizer):
+        c = real_config(self, tokenizer)
         c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0
         return c
 

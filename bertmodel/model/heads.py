@@ -154,6 +154,32 @@ def _mlm_loss(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(mlm_logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, num_labels: int) -> torch.Tensor | None:
+    """Cross-entropy over C classes, or MSE for regression (num_labels 1), as transformers."""
+    if labels is None:
+        return None
+    if num_labels == 1:
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.float(), labels.long())
+
+
+def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor | None:
+    """(CE(start) + CE(end)) / 2 over the T positions; as transformers, a position
+    outside the sequence is clamped to T and ignored."""
+    if start_positions is None or end_positions is None:
+        return None
+    T = start_logits.shape[1]
+    start, end = start_positions.long().clamp(0, T), end_positions.long().clamp(0, T)
+    return (F.cross_entropy(start_logits, start, ignore_index=T) + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
+
+
+def token_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """Cross-entropy over the labelled tokens (label -100: not scored)."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
+
+
 def _slot_index(masked_lm_positions: torch.Tensor) -> torch.Tensor:
     """(B, 1 + P): [CLS] then the prediction slots, the rows the last layer computes."""
     B = masked_lm_positions.shape[0]
@@ -242,13 +268,7 @@ class BertForSequenceClassification(BertWithHead):
         cls_index = torch.zeros(B, 1, dtype=torch.long, device=input_ids.device)
         hidden = self.bert(input_ids, token_type_ids, attention_mask, cls_index)
         logits = self.classifier(self.dropout(self.bert.pooler(hidden)))  # (B, C)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels.long())
-        return ClassificationOutput(loss, logits)
+        return ClassificationOutput(classification_loss(logits, labels, self.num_labels), logits)
 
 
 class BertForQuestionAnswering(BertWithHead):
@@ -267,15 +287,8 @@ class BertForQuestionAnswering(BertWithHead):
                 end_positions=None) -> QuestionAnsweringOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, H)
         start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)  # (B, T) each
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            # As transformers: positions outside the sequence are ignored.
-            T = start_logits.shape[1]
-            start = start_positions.long().clamp(0, T)
-            end = end_positions.long().clamp(0, T)
-            loss = (F.cross_entropy(start_logits, start, ignore_index=T)
-                    + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
-        return QuestionAnsweringOutput(loss, start_logits, end_logits)
+        return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
+                                       start_logits, end_logits)
 
 
 class BertForTokenClassification(BertWithHead):
@@ -297,10 +310,7 @@ class BertForTokenClassification(BertWithHead):
         # Unpadded, padding rows come back as zeros: their logits are the bias, and their
         # labels are -100, so neither the loss nor a prediction reads them.
         logits = self.classifier(self.dropout(self.bert(input_ids, token_type_ids, attention_mask)))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
-        return TokenClassificationOutput(loss, logits)
+        return TokenClassificationOutput(token_loss(logits, labels), logits)
 
 
 class BertForMultipleChoice(BertWithHead):

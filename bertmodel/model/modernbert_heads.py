@@ -24,8 +24,9 @@ from torch import nn
 
 from bertmodel.model.config import ModernBertConfig
 from bertmodel.model.dropout import Dropout
-from bertmodel.model.heads import (IGNORE_INDEX, ClassificationOutput, HeadModel, MultipleChoiceOutput,
-                                   PretrainingOutput, QuestionAnsweringOutput, TokenClassificationOutput, _mlm_loss)
+from bertmodel.model.heads import (ClassificationOutput, HeadModel, MultipleChoiceOutput, PretrainingOutput,
+                                   QuestionAnsweringOutput, TokenClassificationOutput, _mlm_loss, classification_loss,
+                                   span_loss, token_loss)
 from bertmodel.model.linear import Linear
 from bertmodel.model.modernbert import (ModernBertAttention, ModernBertEmbeddings, ModernBertMLP, ModernBertModel)
 
@@ -131,13 +132,7 @@ class ModernBertForSequenceClassification(ModernBertWithHead):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ClassificationOutput:
         logits = self.classifier(self.drop(self.head(self.pooled(input_ids, attention_mask))))  # (B, C)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels.long())
-        return ClassificationOutput(loss, logits)
+        return ClassificationOutput(classification_loss(logits, labels, self.num_labels), logits)
 
 
 class ModernBertForQuestionAnswering(ModernBertWithHead):
@@ -154,13 +149,8 @@ class ModernBertForQuestionAnswering(ModernBertWithHead):
                 end_positions=None) -> QuestionAnsweringOutput:
         hidden = self.model(input_ids, None, attention_mask)  # (B, T, H)
         start_logits, end_logits = self.classifier(self.drop(self.head(hidden))).float().unbind(-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            T = start_logits.shape[1]  # as transformers: positions outside the sequence are ignored
-            start, end = start_positions.long().clamp(0, T), end_positions.long().clamp(0, T)
-            loss = (F.cross_entropy(start_logits, start, ignore_index=T)
-                    + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
-        return QuestionAnsweringOutput(loss, start_logits, end_logits)
+        return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
+                                       start_logits, end_logits)
 
 
 class ModernBertForTokenClassification(ModernBertWithHead):
@@ -175,10 +165,7 @@ class ModernBertForTokenClassification(ModernBertWithHead):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TokenClassificationOutput:
         logits = self.classifier(self.drop(self.head(self.model(input_ids, None, attention_mask))))  # (B, T, C)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
-        return TokenClassificationOutput(loss, logits)
+        return TokenClassificationOutput(token_loss(logits, labels), logits)
 
 
 class ModernBertForMultipleChoice(ModernBertWithHead):
