@@ -22,7 +22,7 @@ import torch
 from bertmodel.training import parallel
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
-from bertmodel.model import KIND_OF, head_class
+from bertmodel.model import KIND_OF
 
 TASK_OF = {architecture: kind for architecture, kind in KIND_OF.items()  # either architecture's fine-tuned heads
            if kind in ("classify", "qa", "tokens", "choice")}
@@ -61,12 +61,11 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     cfg = FinetuneConfig(task=task_name, model=str(directory), out=str(directory), **fields)
     d = parallel.Dist(device=torch.device(parallel.resolve_device(device)))
     log = lambda *a: None  # noqa: E731
-    head = head_class(pre.config, task_name)
     if task_name == "qa":
         from bertmodel.tasks.qa import QATask
 
         task = QATask(cfg, d, log, evaluation_only=True)
-        net = head(pre.config)
+        net = task.model_class(pre.config)
     elif task_name == "tokens":
         from bertmodel.tasks.tokens import TagSet, TokenClassificationTask
 
@@ -77,12 +76,12 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
             names = tuple(source_labels(pre) or ())
             tags = TagSet(names, any(n[:2] in ("B-", "I-", "E-", "S-") for n in names))
         task = TokenClassificationTask(cfg, d, log, tag_set=tags)
-        net = head(pre.config, len(tags.tags))
+        net = task.model_class(pre.config, len(tags.tags))
     elif task_name == "choice":
         from bertmodel.tasks.choice import MultipleChoiceTask
 
         task = MultipleChoiceTask(cfg, d, log, evaluation_only=True)
-        net = head(pre.config)
+        net = task.model_class(pre.config)
     else:
         from bertmodel.tasks.classification import ClassificationTask
 
@@ -92,7 +91,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
         else:  # a transformers classifier: its id2label is the label set
             labels = LabelSpace("str", tuple(source_labels(pre) or ()))
         task = ClassificationTask(cfg, d, log, label_space=labels)
-        net = head(pre.config, labels.num_labels)
+        net = task.model_class(pre.config, labels.num_labels)
     load_into(net, pre)
     set_unpad(net, resolve_unpad(unpad, d.device, net))  # only how it computes: the weights are the same
     task.trained_options = pre.head.get("options")  # the run's data options; None: a transformers dir

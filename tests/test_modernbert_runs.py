@@ -168,10 +168,8 @@ GLUE, SQUAD, NER, CHOICE = (SHARED_DATA / "glue" / "RTE", SHARED_DATA / "squad",
                             SHARED_DATA / "multiple_choice")
 
 
-def hf_logits_equal(run_dir, hf_class, batch):
-    """RUN/hf loads as hf_class with no missing keys and the same logits as our evaluate path."""
-    from bertmodel.model import head_class  # noqa: F401  (the registry the tasks use)
-
+def load_export(run_dir, hf_class):
+    """RUN/hf as transformers' hf_class, asserting no missing, unexpected or mismatched keys."""
     theirs, info = hf_class.from_pretrained(run_dir / "hf", output_loading_info=True)
     assert not any(info.values()), info
     return theirs.eval()
@@ -187,7 +185,7 @@ def test_finetune_classify_from_our_run_exports_sequence_classification(run, tmp
        "sentence1", "--text-pair-column", "sentence2", "--out", out, "--max-train-examples", 64,
        "--max-eval-examples", 32, "--batch-size", 16, "--epochs", 1, "--max-seq-length", 256, "--no-progress",
        *(("--classifier-pooling", pooling) if pooling != "cls" else ()))
-    theirs = hf_logits_equal(out, transformers.ModernBertForSequenceClassification, None)
+    theirs = load_export(out, transformers.ModernBertForSequenceClassification)
     assert theirs.config.classifier_pooling == pooling
     pre = load_pretrained(out / "hf")
     from bertmodel.model import ModernBertForSequenceClassification
@@ -212,7 +210,7 @@ def test_finetune_qa_from_our_run_exports_question_answering(run, tmp_path):
     ok("finetune", "qa", "--model", run, "--train", squad, "--validation", squad, "--out", out,
        "--max-train-examples", 32, "--max-eval-examples", 16, "--batch-size", 8, "--epochs", 1,
        "--max-seq-length", 512, "--doc-stride", 128, "--no-progress")
-    theirs = hf_logits_equal(out, transformers.ModernBertForQuestionAnswering, None)
+    theirs = load_export(out, transformers.ModernBertForQuestionAnswering)
     from bertmodel.model import ModernBertForQuestionAnswering
 
     pre = load_pretrained(out / "hf")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bertmodel.model.config import BertConfig
+from bertmodel.model.config import BertConfig, ModernBertConfig
 
 # Dense bf16 tensor-core peaks from the vendors' datasheets (no 2:4 sparsity), FLOP/s.
 PEAK_BF16_FLOPS = {
@@ -64,7 +64,7 @@ def unpadded_extent(attention_mask) -> dict[str, int]:
     return {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())}
 
 
-def encoder_flops(config, batch: int, seq_len: int, last_layer_rows: int | None = None,
+def encoder_flops(config: BertConfig | ModernBertConfig, batch: int, seq_len: int, last_layer_rows: int | None = None,
                   tokens: int | None = None, attention_pairs: int | None = None) -> float:
     """Training FLOPs (6 per MAC: forward + backward) of the encoder on (batch, seq_len),
     where the last layer computes only `last_layer_rows` rows per sequence when given
@@ -90,7 +90,7 @@ def encoder_flops(config, batch: int, seq_len: int, last_layer_rows: int | None 
     return 6 * macs
 
 
-def train_flops(config, batch: int, seq_len: int, predictions: int, pair_head: bool = True,
+def train_flops(config: BertConfig | ModernBertConfig, batch: int, seq_len: int, predictions: int, pair_head: bool = True,
                 tokens: int | None = None, attention_pairs: int | None = None) -> float:
     """Training FLOPs (forward + backward) of one pre-training micro-batch of shape
     (batch, seq_len) with `predictions` MLM slots per row: the encoder, its last layer at
