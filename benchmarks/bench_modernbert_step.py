@@ -105,7 +105,7 @@ def make_batch(stream: np.ndarray, vocab: dict, batch: int, T: int, full: bool, 
     """(batch, T) rows of text, lengths uniform in [T/4, T] (full: all T), 30% of each
     row's tokens chosen by bertprep's masking; the sparse targets (B, P) for ours and the
     (B, T) label map for transformers."""
-    from bertprep.build import vocabulary_for_masking
+    from bertprep.builder import vocabulary_for_masking
     from bertprep.instances import MaskingConfig, mask_padded
 
     rng = np.random.default_rng(seed)

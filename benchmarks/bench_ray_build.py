@@ -53,7 +53,7 @@ def build(corpus, vocab, out, cache, executor: str, dupe: int) -> tuple[float, i
 
 PER_TASK = """
 import json, sys, time
-import bertprep.build.run as build
+import bertprep.builder.run as build
 from bertprep.corpus.spec import CorpusSpec
 times = {}
 def timed(fn):
@@ -117,7 +117,7 @@ vocab, cpus = sys.argv[1], int(sys.argv[2])
 def first(): return os.getpid()
 def warm(path):
     start = time.perf_counter()
-    import bertprep.build.tasks
+    import bertprep.builder.tasks
     from bertprep.tokenizer.encoding import SentenceEncoder
     from bertprep.tokenizer.files import load_tokenizer
     imported = time.perf_counter()
@@ -132,7 +132,7 @@ start = time.perf_counter()
 ray.get([ray.remote(first).remote() for _ in range(cpus)])
 times["first task on each fresh worker"] = time.perf_counter() - start
 imports, tokenizer = zip(*ray.get([ray.remote(warm).remote(vocab) for _ in range(cpus)]))
-times["worker: import bertprep.build.tasks"] = max(imports)
+times["worker: import bertprep.builder.tasks"] = max(imports)
 times["worker: load tokenizer + encoder"] = max(tokenizer)
 remote_noop, rounds = ray.remote(noop), []
 for _ in range(30):

@@ -29,7 +29,7 @@ class KillOnce:
         import importlib
 
         module, _, name = self.at.rpartition(":")
-        owner = importlib.import_module(module or "bertprep.build.tasks")
+        owner = importlib.import_module(module or "bertprep.builder.tasks")
         index = descriptor.partition.index if hasattr(descriptor, "partition") else getattr(
             descriptor, "index", getattr(descriptor, "shard", None))
         if index == self.index and not os.path.exists(self.flag):

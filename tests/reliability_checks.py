@@ -71,7 +71,7 @@ def finished_markers(out: pathlib.Path) -> set[str]:
 def markers_written(monkeypatch):
     """Record the completion markers the tasks run in this process write: a task that
     reuses finished work writes none."""
-    import bertprep.build.tasks as tasks
+    import bertprep.builder.tasks as tasks
 
     written: list[str] = []
     original = tasks.write_json_atomic

@@ -7,9 +7,9 @@ import pathlib
 import numpy as np
 import pytest
 
-import bertprep.build.tasks as tasks
-from bertprep.build import staging_path
-from bertprep.build import contradicted_options
+import bertprep.builder.tasks as tasks
+from bertprep.builder import staging_path
+from bertprep.builder import contradicted_options
 from bertprep.cli import main as prep_main
 from bertprep.shards import measure
 from reliability_checks import invoke, one_line_error

@@ -13,7 +13,7 @@ from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
 TWO_BUILDS = textwrap.dedent("""
     import os, pathlib, sys
-    from bertprep.build.run import BuildConfig, build_shards
+    from bertprep.builder.run import BuildConfig, build_shards
     from bertprep.corpus.spec import CorpusSpec
 
     def main(tmp, corpus, vocab):
@@ -61,7 +61,7 @@ def test_ctrl_c_during_a_build_with_workers_prints_one_line(tmp_path):
     args = ["build-shards", corpus, "--tokenizer", vocab, "--out", tmp_path / "out", "--workers", 2,
             "--quiet", "--partition-size", "4096", "--cache-dir", tmp_path / "cache"]
     # Paused after the pair stage: the workers exist and wait for work.
-    proc = start_paused("bertprep.build.run:_scatter_stage", "prep", args, tmp_path / "paused",
+    proc = start_paused("bertprep.builder.run:_scatter_stage", "prep", args, tmp_path / "paused",
                         deadline=120, start_new_session=True, preexec_fn=default_sigint)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     output, _ = proc.communicate(timeout=60)
@@ -74,6 +74,6 @@ def test_a_paused_cli_gives_up_at_its_deadline(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt")
     args = ["build-shards", corpus, "--tokenizer", vocab, "--out", tmp_path / "out", "--workers", 1, "--quiet",
             "--cache-dir", tmp_path / "cache"]
-    proc = start_paused("bertprep.build.run:_scatter_stage", "prep", args, tmp_path / "paused", deadline=1)
+    proc = start_paused("bertprep.builder.run:_scatter_stage", "prep", args, tmp_path / "paused", deadline=1)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == PAUSE_DEADLINE_EXIT and "PAUSE_DEADLINE" in output

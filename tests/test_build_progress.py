@@ -6,7 +6,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from bertprep import progress
-from bertprep.build import BuildConfig, build_shards
+from bertprep.builder import BuildConfig, build_shards
 from bertprep.cli import main
 from bertprep.corpus import CorpusSpec
 from bertprep.executors import ExecutorReport

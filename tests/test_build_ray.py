@@ -18,7 +18,7 @@ import time
 import pytest
 
 from bertprep import progress
-from bertprep.build import BuildConfig, build_shards, staging_path
+from bertprep.builder import BuildConfig, build_shards, staging_path
 from bertprep.corpus import CorpusSpec
 from bertprep.errors import BertprepError
 from progress_checks import Log, check_display
@@ -95,16 +95,16 @@ def test_a_compressed_file_cut_while_read_gives_the_local_bytes_on_the_cluster(i
 
 
 @pytest.mark.parametrize("task, at, index", [
-    ("pair_partition", "bertprep.build.tasks:write_json_atomic", 3),  # its pairs written, its marker not yet
-    ("scatter_partition", "bertprep.build.tasks:write_json_atomic", 5),  # its scatter file written, its marker not yet
+    ("pair_partition", "bertprep.builder.tasks:write_json_atomic", 3),  # its pairs written, its marker not yet
+    ("scatter_partition", "bertprep.builder.tasks:write_json_atomic", 5),  # its scatter file written, its marker not yet
     ("gather_shard", "bertprep.shards.writer:sha256_file", 1),  # the shard written under its temporary name
 ])
 def test_a_worker_killed_in_the_middle_of_a_task_is_retried_to_the_same_bytes(inputs, cluster, tmp_path, monkeypatch,
                                                                               task, at, index):
-    import bertprep.build.tasks as tasks
+    import bertprep.builder.tasks as tasks
 
     flag = tmp_path / "killed"
-    monkeypatch.setattr(f"bertprep.build.run.{task}", ray_faults.KillOnce(getattr(tasks, task), flag, at, index))
+    monkeypatch.setattr(f"bertprep.builder.run.{task}", ray_faults.KillOnce(getattr(tasks, task), flag, at, index))
     result = build_on_ray(inputs, tmp_path / "out", tmp_path / "cache")
     assert flag.exists()  # the worker really died (its pid is in the flag)
     with pytest.raises(ProcessLookupError):
@@ -120,7 +120,7 @@ def test_a_worker_killed_in_the_middle_of_a_task_is_retried_to_the_same_bytes(in
 
 
 def test_an_input_changed_during_the_build_fails_naming_it_and_publishes_nothing(inputs, cluster, tmp_path, monkeypatch):
-    import bertprep.build.run as build
+    import bertprep.builder.run as build
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(inputs["corpus"].read_bytes())

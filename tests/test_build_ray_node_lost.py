@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertprep.build import BuildConfig, build_shards
+from bertprep.builder import BuildConfig, build_shards
 from bertprep.corpus import CorpusSpec
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
@@ -32,7 +32,7 @@ def cluster():
 
 @pytest.mark.slow  # its own three-node cluster: about 25 s
 def test_a_node_lost_in_the_middle_of_a_task_is_retried_elsewhere_and_named(cluster, tmp_path, monkeypatch):
-    import bertprep.build.tasks as tasks
+    import bertprep.builder.tasks as tasks
 
     corpus = write_corpus(tmp_path / "corpus.txt", documents=300, seed=4)
     vocab = write_vocab(tmp_path / "vocab.txt")
@@ -42,8 +42,8 @@ def test_a_node_lost_in_the_middle_of_a_task_is_retried_elsewhere_and_named(clus
     assert local.executor.summary() == "executor local: 1 node, 1 CPU, no retries"
 
     flag = tmp_path / "killed"
-    kill = ray_faults.KillOnce(tasks.pair_partition, flag, "bertprep.build.tasks:write_json_atomic", 3, node=True)
-    monkeypatch.setattr("bertprep.build.run.pair_partition", kill)
+    kill = ray_faults.KillOnce(tasks.pair_partition, flag, "bertprep.builder.tasks:write_json_atomic", 3, node=True)
+    monkeypatch.setattr("bertprep.builder.run.pair_partition", kill)
     config = BuildConfig(executor="ray", workers=2, cache_dir=str(tmp_path / "c2"), **OPTIONS)
     result = build_shards(spec, vocab, tmp_path / "out", config, progress=False)
     lost = flag.read_text()

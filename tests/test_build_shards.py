@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from bertprep.build import BuildConfig, build_shards, staging_path
+from bertprep.builder import BuildConfig, build_shards, staging_path
 from bertprep.cli import main
 from bertprep.corpus import CorpusSpec
 from bertprep.errors import BertprepError
@@ -249,7 +249,7 @@ def test_work_from_a_changed_input_is_not_reused(vocab, tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertprep.build.run.gather_shard", crash)
+    monkeypatch.setattr("bertprep.builder.run.gather_shard", crash)
     with pytest.raises(KeyboardInterrupt):
         build(corpus, vocab, tmp_path / "out", tmp_path / "c")
     assert (staging_path(tmp_path / "out") / "work").is_dir()
@@ -280,7 +280,7 @@ def test_resume_after_the_token_cache_was_cleaned(corpus, vocab, tmp_path, monke
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertprep.build.run.scatter_partition", crash)
+    monkeypatch.setattr("bertprep.builder.run.scatter_partition", crash)
     with pytest.raises(KeyboardInterrupt):
         build(corpus, vocab, tmp_path / "out", tmp_path / "cache")
     monkeypatch.undo()

@@ -12,7 +12,7 @@ import pytest
 
 from bertprep.corpus import spec as corpus
 from bertprep.corpus import CorpusSpec, ReadStats, iter_documents, resolve_input_files
-from bertprep.build import input_fingerprints
+from bertprep.builder import input_fingerprints
 from bertprep.errors import BertprepError
 
 REFERENCE_TEXT = (

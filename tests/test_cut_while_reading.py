@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from bertprep.cli import main as prep_main
 from bertprep.corpus import CorpusSpec
-from bertprep.build import text_bytes
-from bertprep.build import cut_while_reading, plan_partitions, read_partition
+from bertprep.builder import text_bytes
+from bertprep.builder import cut_while_reading, plan_partitions, read_partition
 from reliability_checks import finished_markers, invoke, kill_at
 from shard_fixtures import check_shard_dir, shard_bytes, write_corpus, write_vocab
 
@@ -163,7 +163,7 @@ def test_a_build_killed_after_some_parts_resumes_to_the_same_bytes(tmp_path):
     out = tmp_path / "out"
     args = ["build-shards", *options, "--out", out, "--cache-dir", tmp_path / "cache"]
     # killed while scattering the third part: the pair task (all parts) has finished
-    kill_at("bertprep.build.run:scatter_partition", "prep", args, tmp_path / "paused", after=2)
+    kill_at("bertprep.builder.run:scatter_partition", "prep", args, tmp_path / "paused", after=2)
     finished = finished_markers(out)
     assert sum(m.startswith("pairs-") for m in finished) == 1 and sum(m.startswith("scatter-") for m in finished) == 2
     result = invoke(prep_main, *args)

@@ -3,7 +3,7 @@ difference hands the partition to tokenizers (DESIGN.md, "Tokenizer")."""
 import numpy as np
 import pytest
 
-from bertprep.build import BuildConfig, build_shards
+from bertprep.builder import BuildConfig, build_shards
 from bertprep.corpus import CorpusSpec
 from bertprep.tokenizer import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer import load_tokenizer

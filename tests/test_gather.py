@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from bertprep.build import tasks as build_tasks
-from bertprep.build import BuildConfig, build_shards
+from bertprep.builder import tasks as build_tasks
+from bertprep.builder import BuildConfig, build_shards
 from bertprep.corpus import CorpusSpec
 from shard_fixtures import shard_bytes, write_corpus, write_vocab
 

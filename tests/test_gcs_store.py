@@ -132,7 +132,7 @@ def test_a_gs_build_killed_while_publishing_resumes_to_the_same_bytes(bucket, lo
 
 def test_an_input_replaced_on_gs_during_the_build_fails_naming_it_and_publishes_nothing(
         bucket, local, monkeypatch):
-    import bertprep.build.run as build
+    import bertprep.builder.run as build
 
     fs, name = bucket
     inputs = upload_inputs(fs, name, local)

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from bertprep.build import MAX_SEQ_LENGTH, BuildConfig, build_shards, default_shard_rows
-from bertprep.build.tasks import RECORD_BATCH_ROWS, record_batch_rows
+from bertprep.builder import MAX_SEQ_LENGTH, BuildConfig, build_shards, default_shard_rows
+from bertprep.builder.tasks import RECORD_BATCH_ROWS, record_batch_rows
 from bertprep.cli import main
 from bertprep.corpus import CorpusSpec
 from bertprep.errors import BertprepError

@@ -182,7 +182,7 @@ def test_a_finished_s3_result_is_left_untouched_and_replaced_only_with_overwrite
     assert objects(s3) == before
     # With --overwrite, killed once its successor is complete in OUT.partial but
     # before publishing: the old result is still whole, and still the old one.
-    kill_at("bertprep.build.run:_publish_to_store", 0, [*args, "--overwrite"])
+    kill_at("bertprep.builder.run:_publish_to_store", 0, [*args, "--overwrite"])
     assert {k: v for k, v in objects(s3).items() if k.startswith("out/")} == {
         k: v for k, v in before.items() if k.startswith("out/")}
     assert f"out.partial/manifest.json" in objects(s3)
@@ -222,7 +222,7 @@ def test_a_killed_s3_build_resumes_with_the_same_command_to_the_same_bytes(s3, l
 
 def test_an_input_changed_on_the_store_during_the_build_fails_naming_it_and_publishes_nothing(
         s3, local, monkeypatch):
-    import bertprep.build.run as build
+    import bertprep.builder.run as build
 
     inputs = upload_inputs(s3, local)
     original = build.scatter_partition

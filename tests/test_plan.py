@@ -1,4 +1,4 @@
-"""The partition plan (bertprep/build/plan.py, bertprep/corpus/boundaries.py): cut without reading the
+"""The partition plan (bertprep/builder/plan.py, bertprep/corpus/boundaries.py): cut without reading the
 corpus, every document read by exactly one partition, none split, none lost. Checked
 against the whole-file reader (`iter_documents`) on the real shared data and on drawn
 files of every text layout."""
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bertprep.corpus import boundaries
 from bertprep.corpus import CorpusSpec, ReadStats, iter_documents
 from bertprep.errors import BertprepError
-from bertprep.build import merge_read_stats, plan_partitions, read_partition
+from bertprep.builder import merge_read_stats, plan_partitions, read_partition
 from shared_data import SHARED_DATA
 
 
@@ -269,7 +269,7 @@ def test_a_build_reads_and_hashes_its_inputs_only_in_its_workers(tmp_path, monke
 
     from bertprep.corpus import hf_datasets
     from bertprep.corpus import readers
-    from bertprep.build import BuildConfig, build_shards
+    from bertprep.builder import BuildConfig, build_shards
     from shard_fixtures import shard_bytes, write_corpus, write_vocab
 
     first = write_corpus(tmp_path / "a.txt", documents=150, seed=1)

@@ -24,7 +24,7 @@ from bertmodel.training import checkpoint as ckpt
 from bertmodel.cli import main as model_main
 from bertmodel.training.run_dir import write_run_record
 from bertmodel.data.synthetic import small_shard_dir
-from bertprep.build import staging_path
+from bertprep.builder import staging_path
 from bertprep.cli import main as prep_main
 from reliability_checks import (PREP, finished_markers, invoke, kill_at, markers_written, one_line_error, start_paused,
                                 temporaries, tiny_disk)
@@ -49,11 +49,11 @@ def build(tmp_path_factory):
 
 KILL_POINTS = {
     # partition 0 tokenized, its cache file not written, no marker yet
-    "tokenizing": ("bertprep.build.partitions:TokenCache.save", 0),
+    "tokenizing": ("bertprep.builder.partitions:TokenCache.save", 0),
     # the second shard written to its temporary name, not yet renamed
     "shard-temporary": ("bertprep.shards.writer:sha256_file", 1),
     # manifest.json written in OUT.partial, not yet renamed to OUT
-    "manifest-before-publish": ("bertprep.build.run:_publish", 0),
+    "manifest-before-publish": ("bertprep.builder.run:_publish", 0),
 }
 
 
@@ -89,7 +89,7 @@ def test_overwrite_killed_before_publish_keeps_the_previous_result(build, tmp_pa
     args = ["build-shards", *build["options"], "--cache-dir", tmp_path / "cache", "--out", out]
     assert invoke(prep_main, *args, "--seed", 1).exit_code == 0
     previous = shard_bytes(out)
-    kill_at("bertprep.build.run:_publish", "prep", [*args, "--overwrite"], tmp_path / "paused")
+    kill_at("bertprep.builder.run:_publish", "prep", [*args, "--overwrite"], tmp_path / "paused")
     assert shard_bytes(out) == previous  # whole, and still the old one
     assert (staging_path(out) / "manifest.json").exists()  # the new one, complete but unpublished
     result = invoke(prep_main, *args, "--overwrite")

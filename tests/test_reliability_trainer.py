@@ -19,7 +19,7 @@ from bertmodel.hf import export_hf
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.data.synthetic import small_shard_dir, write_small_vocab
-from bertprep.build import BuildConfig, build_shards, staging_path
+from bertprep.builder import BuildConfig, build_shards, staging_path
 from bertprep.corpus import CorpusSpec
 from reliability_checks import invoke, one_line_error
 from shard_fixtures import write_corpus, write_vocab
@@ -83,8 +83,8 @@ def test_an_unfinished_build_is_not_training_data(tmp_path, monkeypatch):
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as if the run stopped while writing shards
 
-    monkeypatch.setattr("bertprep.build.tasks.gather_shard", killed)
-    monkeypatch.setattr("bertprep.build.run.gather_shard", killed)
+    monkeypatch.setattr("bertprep.builder.tasks.gather_shard", killed)
+    monkeypatch.setattr("bertprep.builder.run.gather_shard", killed)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         build_shards(CorpusSpec(paths=(str(corpus),)), vocab, out,

@@ -62,7 +62,7 @@ def objective_for(requested: str | None, shard_dirs) -> str:
 
 def masking_vocabulary(tokenizer) -> Vocabulary:
     """bertprep's Vocabulary for the run's tokenizer files (the same random-draw pool)."""
-    from bertprep.build import vocabulary_for_masking
+    from bertprep.builder import vocabulary_for_masking
     from bertprep.tokenizer import load_tokenizer
 
     source = tokenizer.files.get("vocab.txt") or tokenizer.files.get("tokenizer.json")

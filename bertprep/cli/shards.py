@@ -5,7 +5,7 @@ import json
 
 import click
 
-from bertprep.build import SHARD_ROWS, BuildConfig, build_shards, default_shard_rows
+from bertprep.builder import SHARD_ROWS, BuildConfig, build_shards, default_shard_rows
 from bertprep.cli.kit import user_errors
 from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options, size_text
 from bertprep.corpus import plural

@@ -3,7 +3,7 @@
 Shared by train-tokenizer and build-shards. `iter_documents(spec)` yields each document
 as a non-empty list of stripped, non-empty sentence strings, streaming with bounded
 memory; `iter_piece_documents` yields those of one planned part of an input (a byte
-range cut between documents, see bertprep/build/plan.py), the same as the whole file's reading
+range cut between documents, see bertprep/builder/plan.py), the same as the whole file's reading
 gives there. What a document is:
 
 - Plain text in the reference layout (REFERENCE.md, "Corpus format"): a sentence per
@@ -328,7 +328,7 @@ def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterat
 
 
 def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: KnownWord | None = None) -> Iterator[list[str]]:
-    """The documents of one planned part of an input (a `bertprep.build.plan.Piece`): a byte
+    """The documents of one planned part of an input (a `bertprep.builder.plan.Piece`): a byte
     range of a text or JSONL file, row groups of a Parquet file, rows of a saved dataset,
     or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`)."""
     counts = FileCounts()

@@ -24,23 +24,23 @@ from bertprep import __version__
 from bertprep.shards import schema
 from bertprep.storage import stores as storage
 from bertprep.storage import remove_stale_temporaries, write_json_atomic
-from bertprep.build.checks import changed_input, contradicted_options, input_states, same_build
-from bertprep.build.progress import TrackedExecutor
-from bertprep.build.tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
+from bertprep.builder.checks import changed_input, contradicted_options, input_states, same_build
+from bertprep.builder.progress import TrackedExecutor
+from bertprep.builder.tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
                                   fingerprint_input, gather_shard, pair_partition, record_batch_rows, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
-from bertprep.build.fingerprints import fingerprint_sources, input_fingerprints
+from bertprep.builder.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.executors import TaskCost, make_executor
 from bertprep.shards import build_manifest, write_dataset_files
 from bertprep.instances import cap_warnings
 from bertprep.instances import degenerate_pairs_warning, figures, rows_label
-from bertprep.build.plan import merge_read_stats, plan_partitions
+from bertprep.builder.plan import merge_read_stats, plan_partitions
 from bertprep.instances import merge_stats
 from bertprep.progress import BuildProgress
 from bertprep.tokenizer import load_tokenizer
 
-from bertprep.build.config import MB, BuildConfig, BuildResult, default_cache_dir
+from bertprep.builder.config import MB, BuildConfig, BuildResult, default_cache_dir
 
 
 def staging_path(out):

@@ -1,6 +1,6 @@
 """Partitions tokenized, and cached by content.
 
-Partitions are planned by content (bertprep/build/plan.py: a byte budget, in input order),
+Partitions are planned by content (bertprep/builder/plan.py: a byte budget, in input order),
 never "one per worker", so the partition list and everything derived from it is the
 same whatever `--workers` is (DESIGN.md, "Determinism and scale"). A partition is
 identified by its index and by a hash of its text; the tokenized form is cached under

@@ -31,7 +31,7 @@ from bertprep.storage import stores as storage
 from bertprep.corpus import find_cut, sniff_layout
 from bertprep.corpus import CorpusSpec, KnownWord, ReadStats, iter_piece_documents, plural, resolve_input_files
 from bertprep.errors import BertprepError, describe_path
-from bertprep.build.partitions import text_bytes
+from bertprep.builder.partitions import text_bytes
 
 COUNTED = ("bytes", "documents", "sentences", "invalid_bytes", "long_lines", "long_documents", "hyphens_removed")
 

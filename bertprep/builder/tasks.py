@@ -37,9 +37,9 @@ from bertprep.instances import build_full_rows, document_starts
 from bertprep.instances import PairConfig, build_instances
 from bertprep.instances import MaskingConfig, Vocabulary, apply_masking
 from bertprep.corpus import CorpusSpec
-from bertprep.build.fingerprints import fingerprint_source
-from bertprep.build.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
-from bertprep.build.plan import PartitionPlan, cut_while_reading, iter_partition_documents
+from bertprep.builder.fingerprints import fingerprint_source
+from bertprep.builder.partitions import TokenCache, hash_documents, text_bytes, tokenize_documents
+from bertprep.builder.plan import PartitionPlan, cut_while_reading, iter_partition_documents
 from bertprep.corpus import vocabulary_lookup
 from bertprep.instances import add_stats, empty_stats
 from bertprep.instances import build_rows
@@ -78,7 +78,7 @@ class TaskContext:
 
 @dataclass(frozen=True)
 class PairTask:
-    """Stage 1: read, tokenize and pair one partition of the plan (bertprep/build/plan.py)."""
+    """Stage 1: read, tokenize and pair one partition of the plan (bertprep/builder/plan.py)."""
 
     ctx: TaskContext
     partition: PartitionPlan
