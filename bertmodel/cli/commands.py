@@ -10,6 +10,7 @@ from bertmodel.cli.group import CONTEXT_SETTINGS, DIR, EXISTING, TOKENIZER_HELP,
 from bertmodel.demo import DEMO_STEPS
 from bertmodel.model.config import ARCHITECTURES, MODERNBERT_PRESETS, PRESETS
 from bertmodel.train import TrainConfig
+from bertmodel.training.optim import OPTIMIZERS
 from bertprep.cli.kit import user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -51,9 +52,15 @@ def _opt(name: str, **kwargs):
       "spent decaying [default: 0.1].")
 @_opt("--decay-shape", type=click.Choice(["1-sqrt", "linear"]), help="With --schedule wsd: the decay's shape, "
       "peak x (1 - sqrt(progress)) (Hägele et al. 2024) or linear [default: 1-sqrt].")
-@_opt("--optimizer", type=click.Choice(["adamw", "lamb"]), help="AdamW (fused where available) or LAMB.")
-@_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm).")
-@_opt("--clip-grad", type=click.FloatRange(min=0), help="Clip the global gradient norm (0: off).")
+@_opt("--optimizer", type=click.Choice(list(OPTIMIZERS)), help="AdamW (fused where available), LAMB, or "
+      "StableAdamW (AdamW with per-tensor update clipping and fully decoupled weight decay, as ModernBERT).")
+@_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm); "
+      "stable-adamw's is per step relative to the peak lr (ModernBERT: 1e-5).")
+@_opt("--adam-betas", type=(click.FloatRange(0, 1, max_open=True), click.FloatRange(0, 1, max_open=True)),
+      help="The optimizer's two betas, e.g. 0.9 0.98 (ModernBERT).")
+@_opt("--adam-eps", type=click.FloatRange(min=0, min_open=True), help="The optimizer's epsilon.")
+@_opt("--clip-grad", type=click.FloatRange(min=0), help="Clip the global gradient norm (0: off) [default: 1.0; 0 "
+      "with stable-adamw, whose per-tensor clipping replaces it].")
 @_opt("--seed", type=int, help="Seed of the initial weights, dropout and data order.")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @_opt("--precision", type=click.Choice(["bf16", "fp32"]), help="Default: bf16 autocast on CUDA, fp32 on CPU.")

@@ -1,4 +1,4 @@
-"""Optimizers (AdamW, LAMB) and learning-rate schedules (linear, poly, wsd).
+"""Optimizers (AdamW, LAMB, StableAdamW) and learning-rate schedules (linear, poly, wsd).
 
 - AdamW: `torch.optim.AdamW`, fused where this torch build supports it for the device.
 - LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"), as NVIDIA's
@@ -10,6 +10,18 @@
   lr * u, since their norms (LayerNorm gains start at 1, biases at 0) say nothing about
   a sensible step size. `use_nvlamb=True` applies it to every tensor (NVLAMB). Written
   with torch's _foreach ops so it is a handful of kernels per step.
+- StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale
+  vision-language models", arXiv 2304.13013, Algorithm 2), as ModernBERT trains with it
+  (optimi's StableAdamW with decouple_lr=True, the `decoupled_stableadamw` of its
+  configs): AdamW whose step is clipped per tensor instead of by the gradients' global
+  norm. With debiased betas beta_hat_t = beta (1 - beta^(t-1)) / (1 - beta^t) the moments
+  are Adam's bias-corrected ones; per tensor RMS = sqrt(mean(g^2 / max(v, eps^2))) and
+  lr_t = lr / max(1, RMS), so a tensor whose gradient jumps far above its running second
+  moment takes a smaller step (1 when its gradients are as expected: then it is AdamW).
+  Weight decay is "fully decoupled": p *= 1 - (lr_t / peak_lr) * weight_decay, the decay
+  following the schedule's shape but not its size (ModernBERT's 1e-5 is per step at the
+  peak, not multiplied by the lr); then p -= lr_t * m / (sqrt(v) + eps). Gradients are
+  already all-reduced when it runs, so under DDP every rank takes the same step.
 - Schedules: linear warmup to the peak, then linear decay to 0 (Devlin et al.) or
   polynomial decay with power 0.5 (NVIDIA's BERT recipe, PolyWarmUpScheduler), or
   warmup-stable-decay ("wsd", trapezoidal): the peak held until the last `decay_steps`
@@ -120,6 +132,86 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
+def debiased_beta(beta: float, step: float) -> float:
+    """beta (1 - beta^(t-1)) / (1 - beta^t): an average with this coefficient is Adam's
+    bias-corrected one (0 at step 1, so the first moment is the first gradient)."""
+    return beta * (1 - beta ** (step - 1)) / (1 - beta ** step)
+
+
+class StableAdamW(torch.optim.Optimizer):
+    """AdamW with per-tensor update clipping and fully decoupled weight decay (see the
+    module docstring). `peak_lr`: the lr the weight decay is relative to; the lr given
+    (the schedule's peak, which the trainer scales per step) when None."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.98), eps: float = 1e-6,
+                 weight_decay: float = 1e-5, peak_lr: float | None = None):
+        if lr < 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise BertmodelError(f"invalid StableAdamW hyperparameters lr={lr} betas={betas} eps={eps} "
+                                 f"weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      peak_lr=lr if peak_lr is None else peak_lr))
+
+    def load_state_dict(self, state_dict) -> None:
+        # The weight decay is relative to this run's peak lr (a resume with another --lr,
+        # allowed, must not keep the checkpoint's), as the lr itself is set every step.
+        peaks = [group["peak_lr"] for group in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, peak in zip(self.param_groups, peaks):
+            group["peak_lr"] = peak
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            by_step: dict[float, list] = {}  # tensors stepped as often share their betas (all of them, in practice)
+            for p in params:
+                st = self.state[p]
+                if not st:
+                    st["step"] = torch.zeros((), dtype=torch.float32)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["step"] += 1
+                by_step.setdefault(float(st["step"]), []).append(p)
+            for step, same in by_step.items():
+                self._update(group, step, same)
+        return loss
+
+    def _update(self, group: dict, step: float, params: list) -> None:
+        beta1, beta2 = group["betas"]
+        eps, decay = group["eps"], group["weight_decay"]
+        grads = [p.grad for p in params]
+        exp_avg = [self.state[p]["exp_avg"] for p in params]
+        exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
+        b1, b2 = debiased_beta(beta1, step), debiased_beta(beta2, step)
+        torch._foreach_lerp_(exp_avg, grads, 1 - b1)  # m = b1 m + (1 - b1) g
+        torch._foreach_mul_(exp_avg_sq, b2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1 - b2)  # v = b2 v + (1 - b2) g^2
+        # Per tensor: RMS of g / sqrt(max(v, eps^2)), with this step's v; lr_t = lr / max(1, RMS).
+        ratio = torch._foreach_mul(grads, grads)
+        torch._foreach_div_(ratio, torch._foreach_clamp_min(exp_avg_sq, eps * eps))
+        rms = torch._foreach_norm(ratio, 1)  # the sum: every term is >= 0
+        del ratio
+        rms = torch._foreach_div(rms, [float(p.numel()) for p in params])
+        torch._foreach_sqrt_(rms)
+        torch._foreach_clamp_min_(rms, 1.0)
+        step_lr = torch._foreach_reciprocal(rms)
+        torch._foreach_mul_(step_lr, group["lr"])  # (one 0-dim tensor per parameter: no host sync)
+        if decay:
+            factor = torch._foreach_mul(step_lr, -decay / group["peak_lr"])
+            torch._foreach_add_(factor, 1.0)
+            torch._foreach_mul_(params, factor)  # p *= 1 - (lr_t / peak_lr) * weight_decay
+        denom = torch._foreach_sqrt(exp_avg_sq)
+        torch._foreach_add_(denom, eps)
+        update = torch._foreach_div(exp_avg, denom)
+        del denom
+        torch._foreach_mul_(update, torch._foreach_neg(step_lr))
+        torch._foreach_add_(params, update)  # p -= lr_t m / (sqrt(v) + eps)
+
+
+OPTIMIZERS = ("adamw", "lamb", "stable-adamw")
+
+
 def _fused_adamw_ok(device: torch.device) -> bool:
     if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
         return False
@@ -134,15 +226,17 @@ def _fused_adamw_ok(device: torch.device) -> bool:
 
 def build_optimizer(model, name: str, lr: float, weight_decay: float, device: torch.device,
                     betas=(0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
-    """AdamW (fused when available) or LAMB over the model's own param groups
-    (no weight decay on biases and LayerNorm). eps 1e-6 as in BERT's AdamWeightDecay."""
+    """AdamW (fused when available), LAMB or StableAdamW over the model's own param
+    groups (no weight decay on biases and LayerNorm). eps 1e-6 as in BERT's AdamWeightDecay."""
     groups = model.param_groups(weight_decay)
     if name == "adamw":
         extra = {"fused": True} if _fused_adamw_ok(device) else {}
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    raise BertmodelError(f"unknown optimizer {name!r}; choose adamw or lamb")
+    if name == "stable-adamw":
+        return StableAdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    raise BertmodelError(f"unknown optimizer {name!r}; choose {', '.join(OPTIMIZERS)}")
 
 
 def clip_and_step(optimizer: torch.optim.Optimizer, params: list, max_norm: float) -> float:

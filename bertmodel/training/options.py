@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bertmodel.errors import BertmodelError
-from bertmodel.training.optim import Schedule
+from bertmodel.training.optim import OPTIMIZERS, Schedule
 
 # Options whose change on resume would change what the run means (its schedule, its
 # optimizer, its data order): refused unless allow_changed_options is set.
 MEANINGFUL = ("batch_size", "grad_accum", "lr", "warmup_steps", "warmup_ratio", "max_steps", "schedule",
-              "decay_ratio", "decay_shape", "optimizer", "weight_decay", "clip_grad")
+              "decay_ratio", "decay_shape", "optimizer", "weight_decay", "clip_grad", "adam_betas", "adam_eps")
 
 
 @dataclass(kw_only=True)
@@ -33,10 +33,17 @@ class LoopConfig:
     decay_shape: str | None = None
     """wsd only: "1-sqrt" (lr = peak * (1 - sqrt(progress)), Hägele et al. 2024, as ModernBERT) or
     "linear"; None: 1-sqrt."""
-    optimizer: str = "adamw"  # "adamw" or "lamb"
+    optimizer: str = "adamw"
+    """"adamw", "lamb" or "stable-adamw" (AdamW with per-tensor update clipping, as ModernBERT; optim.py)."""
     weight_decay: float = 0.01
-    clip_grad: float = 1.0
-    """Clip the global gradient norm to this; 0 disables clipping (the norm is still logged)."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """The moments' betas of every optimizer here (ModernBERT: 0.9, 0.98)."""
+    adam_eps: float = 1e-6
+    """The optimizers' epsilon (1e-6 as BERT's AdamWeightDecay and ModernBERT)."""
+    clip_grad: float | None = None
+    """Clip the global gradient norm to this; 0 disables clipping (the norm is still logged). None:
+    1.0, or 0 with stable-adamw, whose per-tensor update clipping takes the place of global clipping
+    (as ModernBERT, which sets its gradient clipping off); given explicitly, it clips as well."""
     seed: int = 42
     device: str = "auto"
     precision: str | None = None
@@ -73,6 +80,17 @@ class LoopConfig:
             raise BertmodelError(f"warmup ratio must be within 0..1, got {self.warmup_ratio}")
         if self.lr <= 0:
             raise BertmodelError(f"lr must be positive, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise BertmodelError(f"optimizer must be {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        self.adam_betas = tuple(float(b) for b in self.adam_betas)
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise BertmodelError(f"adam betas must be two numbers in [0, 1), got {self.adam_betas}")
+        if self.adam_eps <= 0:
+            raise BertmodelError(f"adam eps must be positive, got {self.adam_eps}")
+        if self.clip_grad is None:
+            self.clip_grad = 0.0 if self.optimizer == "stable-adamw" else 1.0
+        if self.clip_grad < 0:
+            raise BertmodelError(f"clip-grad must be 0 (off) or positive, got {self.clip_grad}")
         self._check_schedule()
         self.report_to = [r for r in self.report_to if r != "none"]
 

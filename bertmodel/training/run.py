@@ -183,7 +183,8 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         keep_freed_memory()  # every step's large blocks reused, not page-faulted in again
     unpad = resolve_unpad(cfg.unpad, d.device, model)
     set_unpad(model, unpad)  # an attribute, not weights: checkpoints and exports are unchanged
-    optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device)
+    optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, d.device, betas=cfg.adam_betas,
+                                eps=cfg.adam_eps)
     step, cursor, bad_total = 0, 0, 0
     if resume is not None:
         step, cursor, bad_total = _restore(resume, optimizer, cfg, d, rows, log)
