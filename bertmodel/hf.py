@@ -30,11 +30,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertmodel.training.checkpoint import (is_disk_full, latest_checkpoint, list_checkpoints, load_checkpoint,
-                                           read_best, unwrap_state_dict)
+from bertmodel.training.checkpoint import (choose_from_run, is_disk_full, is_run_dir, latest_checkpoint,
+                                           load_checkpoint, unwrap_state_dict)
+from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
 from bertmodel.errors import BertmodelError
-from bertmodel.data.shards import TokenizerInfo, tokenizer_info
+from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight")
 TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
@@ -97,16 +98,51 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
 
 
 TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (transformers ignores it)
+# Every name an export may write at the top of its directory, whatever the task (an
+# exporter that writes more, e.g. sentence-transformers' modules.json and 1_Pooling/,
+# adds its names here: export_hf refuses to write any other). An export replaces a
+# directory only when it holds nothing but these, which it or an earlier export wrote:
+# never a user's files, a shard set or a run.
+EXPORT_FILES = frozenset({"config.json", "model.safetensors", TASK_FILE, *TOKENIZER_FILES})
+SHARD_SET_FILES = ("manifest.json", "state.json", "dataset_info.json")  # bertprep build-shards' own
+
+
+def check_export_dir(out_dir, overwrite: bool = True) -> None:
+    """out_dir is new, empty, or holds only what an export writes (EXPORT_FILES), which
+    it may replace with `overwrite`. Anything else (a user's notes, a shard set, a run)
+    is refused in one line naming it: an export swaps in a whole directory."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise BertmodelError(f"{out_dir}: exists and is a file")
+    names = sorted(p.name for p in out_dir.iterdir())
+    foreign = [n for n in names if n not in EXPORT_FILES]
+    if foreign:
+        listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5:,} more" if len(foreign) > 5 else "")
+        if any(n in SHARD_SET_FILES or n.endswith(".arrow") for n in foreign):
+            what = "a shard set (bertprep build-shards)"
+        elif is_run_dir(out_dir) or RUN_FILE in foreign:
+            what = "a run directory"
+        else:
+            what = "files an export never writes"
+        raise BertmodelError(f"{out_dir}: holds {what} ({listed}); an export replaces only its own files "
+                             f"({', '.join(sorted(EXPORT_FILES))}), so choose another directory")
+    if names and not overwrite:
+        raise BertmodelError(f"{out_dir}: holds an earlier export; pass --overwrite to replace it")
 
 
 def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
               config: BertConfig | ModernBertConfig | None = None,
-              architecture: str | None = None, head_config: dict | None = None, task: dict | None = None) -> Path:
+              architecture: str | None = None, head_config: dict | None = None, task: dict | None = None,
+              overwrite: bool = True) -> Path:
     """Write a Hugging Face directory of the head's class, atomically (tmp dir + rename).
 
     source: a checkpoint dict (ours), a RUN or checkpoint dir, an HF dir, or a model.
     tokenizer / config / architecture / head_config (extra config.json fields such as
-    num_labels, id2label, label2id): needed only when `source` does not carry them."""
+    num_labels, id2label, label2id): needed only when `source` does not carry them.
+    out_dir may hold only an earlier export (check_export_dir), replaced whole (so a
+    file the earlier one wrote and this one does not goes too) unless overwrite is False."""
     out_dir = Path(out_dir)
     if isinstance(source, torch.nn.Module):
         state_dict, config = source.state_dict(), config or source.config
@@ -125,6 +161,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
     if config is None:
         raise BertmodelError("export_hf needs a config for a bare state dict")
     architecture = architecture or config.to_hf_dict()["architectures"][0]
+    check_export_dir(out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -140,6 +177,10 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
         write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
         if task:
             (tmp / TASK_FILE).write_text(json.dumps(task, indent=2, sort_keys=True) + "\n")
+        unlisted = sorted(p.name for p in tmp.iterdir() if p.name not in EXPORT_FILES)
+        if unlisted:  # the next export would refuse this directory as the user's
+            raise RuntimeError(f"export_hf wrote {', '.join(unlisted)}, which EXPORT_FILES does not list")
+        check_export_dir(out_dir, overwrite)  # again: nothing of the user's arrived while it wrote
     except BaseException as exc:
         full = is_disk_full(out_dir.parent, exc)
         shutil.rmtree(tmp, ignore_errors=True)  # never leave half an export behind
@@ -246,7 +287,7 @@ def load_pretrained(path) -> Pretrained:
     path = Path(path)
     if not path.exists():
         raise BertmodelError(f"{path}: no such model directory")
-    if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
+    if is_run_dir(path):
         ckpt = latest_checkpoint(path)
         if ckpt is None:
             if (path / "hf" / "config.json").is_file():
@@ -336,54 +377,12 @@ def _inside(a: Path, b: Path) -> bool:
     return a == b or b in a.parents
 
 
-def is_run_dir(path: Path) -> bool:
-    """A RUN dir of ours (checkpoints/ and no config.json), as load_pretrained reads it."""
-    return (path / "checkpoints").is_dir() and not (path / "config.json").is_file()
-
-
-def choose_from_run(run: Path, which: str | None = None, step: int | None = None) -> tuple[Path, int, str]:
-    """The model of a RUN dir to export: (directory to load, its step, what it is in words).
-
-    which "best": the best model by the run's --metric-for-best (RUN/best.json), from its
-    checkpoint or, when that step was evaluated between checkpoints, from RUN/hf (which
-    holds it; it is what `evaluate` and `predict` use); "latest": the latest checkpoint;
-    step: checkpoints/step-N. Default: best where the run keeps one (fine-tuning with
-    validation data), else latest."""
-    best = read_best(run)
-    kept = list_checkpoints(run)
-    if step is not None:
-        found = dict(kept).get(step)
-        if found is None:
-            steps = ", ".join(str(s) for s, _ in kept) or "none"
-            hint = f"; --best exports the best model (step {best['step']:,})" if best else ""
-            raise BertmodelError(f"{run}: no checkpoint of step {step:,} (kept: {steps}){hint}")
-        return found, step, "as asked" + (f"; the best by {best['metric']} is step {best['step']:,}"
-                                          if best and best["step"] != step else "")
-    which = which or ("best" if best else "latest")
-    latest = kept[-1] if kept else None
-    if which == "latest":
-        if latest is None:
-            raise BertmodelError(f"{run}: a run directory without a complete checkpoint")
-        other = (f"; the best by {best['metric']} is step {best['step']:,} (--best)"
-                 if best and best["step"] != latest[0] else "")
-        return latest[1], latest[0], "the latest checkpoint" + other
-    if best is None:
-        raise BertmodelError(f"{run}: no best model (no {run / 'best.json'}: a pre-training run, or one not "
-                             "evaluated yet); use --latest or --step N")
-    step = int(best["step"])
-    source = dict(kept).get(step) or run / "hf"
-    if source == run / "hf" and not (source / "config.json").is_file():
-        raise BertmodelError(f"{run}: the best model (step {step:,}) has neither a checkpoint nor {source}; "
-                             "use --latest or --step N")
-    other = f"; --latest exports step {latest[0]:,}" if latest and latest[0] != step else ""
-    return source, step, f"the best by {best['metric']} {best['value']:.4f}" + other
-
-
 def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, which: str | None = None,
                   step: int | None = None) -> tuple[Pretrained, str]:
     """`bertmodel export-hf`: export `source` (run, checkpoint or HF dir) to out_dir,
-    which must be new or empty unless overwrite is given, and may never be (or hold, or
-    lie inside) the source itself: replacing it would delete what is being exported.
+    which must be new or empty, or hold an earlier export and overwrite be given
+    (check_export_dir), and may never be (or hold, or lie inside) the source itself:
+    replacing it would delete what is being exported.
     From a run, `which` ("best", "latest") or `step` picks the model (choose_from_run).
     Returns the model exported and what it is in words ("" for a checkpoint or HF dir)."""
     out_dir, src = Path(out_dir), Path(source)
@@ -403,14 +402,11 @@ def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, whic
         if _inside(out_abs, origin) or _inside(origin, out_abs):
             raise BertmodelError(f"{out_dir}: is (or contains, or lies inside) the model being exported "
                                  f"({source}); choose another directory")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BertmodelError(f"{out_dir}: exists and is a file")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise BertmodelError(f"{out_dir}: is not empty; pass --overwrite to replace what it holds")
+    check_export_dir(out_dir, overwrite)
     tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
     if tok is None:
         raise BertmodelError(f"{source}: no tokenizer files stored with it; pass --tokenizer")
     export_hf({"model": pre.state_dict, "config": pre.config.to_dict(),
                "task": {"architecture": pre.architecture, "hf_config": pre.head.get("hf_config")}},
-              out_dir, tokenizer=tok)
+              out_dir, tokenizer=tok, overwrite=overwrite)
     return pre, note

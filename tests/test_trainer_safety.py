@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from bertmodel.cli import main
 from bertmodel.model.config import BertConfig
 from bertmodel.data.shards import tokenizer_info
-from bertmodel.hf import export_hf, load_pretrained
+from bertmodel.errors import BertmodelError
+from bertmodel.hf import EXPORT_FILES, export_hf, load_pretrained
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.synthetic import small_shard_dir
 from bertprep.storage import DirectoryLock
@@ -39,17 +40,107 @@ def run(shards, tmp_path_factory):
     return out
 
 
-def test_export_refuses_a_non_empty_directory_and_keeps_its_files(run, tmp_path):
+def snapshot(directory):
+    """Every file under `directory` by relative name and bytes."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_export_keeps_a_users_files_with_or_without_overwrite(run, tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "notes.txt").write_text("important")
-    result = CliRunner().invoke(main, ["export-hf", str(run), str(victim)])
+    (victim / "config.json").write_text("{}")  # beside an export's name, still the user's folder
+    for extra in ([], ["--overwrite"]):
+        result = CliRunner().invoke(main, ["export-hf", str(run), str(victim), *extra])
+        assert result.exit_code == 1
+        assert result.output == (f"Error: {victim}: holds files an export never writes (notes.txt); an export "
+                                 "replaces only its own files (bertmodel_task.json, config.json, model.safetensors, "
+                                 "special_tokens_map.json, tokenizer.json, tokenizer_config.json, vocab.txt), so "
+                                 "choose another directory\n")
+        assert snapshot(victim) == {"notes.txt": b"important", "config.json": b"{}"}
+
+
+def test_export_refuses_a_shard_set_with_overwrite_and_keeps_every_file(tmp_path):
+    """A real build-shards output: its tokenizer files have an export's names, its
+    manifest, state and arrow files do not."""
+    from bertprep.cli import main as bertprep_main
+    from shard_fixtures import write_corpus, write_vocab
+
+    shards = tmp_path / "shards"
+    built = CliRunner().invoke(bertprep_main, [
+        "build-shards", str(write_corpus(tmp_path / "corpus.txt", documents=40)), "--tokenizer",
+        str(write_vocab(tmp_path / "vocab.txt")), "--out", str(shards), "--quiet", "--cache-dir",
+        str(tmp_path / "cache"), "--workers", "1", "--dupe-factor", "1"])
+    assert built.exit_code == 0, built.output
+    model = tmp_path / "model"
+    tok = tokenizer_info(shards)
+    export_hf(BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size)), model, tokenizer=tok)
+    before = snapshot(shards)
+    assert {"manifest.json", "state.json", "dataset_info.json", "tokenizer.json"} <= set(before)
+    result = CliRunner().invoke(main, ["export-hf", str(model), str(shards), "--overwrite"])
     assert result.exit_code == 1
-    assert result.output == f"Error: {victim}: is not empty; pass --overwrite to replace what it holds\n"
-    assert (victim / "notes.txt").read_text() == "important"
-    result = CliRunner().invoke(main, ["export-hf", str(run), str(victim), "--overwrite"])
+    foreign = sorted(n for n in before if n not in ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                                                    "special_tokens_map.json"))
+    assert result.output.startswith(f"Error: {shards}: holds a shard set (bertprep build-shards) "
+                                    f"({', '.join(foreign[:5])}"), result.output
+    assert "\n" not in result.output.rstrip("\n")
+    assert snapshot(shards) == before
+
+
+def test_export_refuses_a_run_directory_and_keeps_it(run, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "checkpoints").mkdir()
+    (other / "metrics.jsonl").write_text('{"step": 1}\n')
+    (other / "run.json").write_text('{"task": "pretraining"}\n')
+    before = snapshot(other)
+    result = CliRunner().invoke(main, ["export-hf", str(run), str(other), "--overwrite"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {other}: holds a run directory (checkpoints, metrics.jsonl, "
+                                    "run.json); "), result.output
+    assert snapshot(other) == before and (other / "checkpoints").is_dir()
+
+
+def test_overwrite_replaces_an_earlier_export_and_what_only_it_wrote(run, tmp_path, shards):
+    out = tmp_path / "out"
+    assert CliRunner().invoke(main, ["export-hf", str(run), str(out)]).exit_code == 0
+    assert (out / "tokenizer.json").is_file()
+    result = CliRunner().invoke(main, ["export-hf", str(run), str(out)])
+    assert result.exit_code == 1
+    assert result.output == f"Error: {out}: holds an earlier export; pass --overwrite to replace it\n"
+    # A bare vocab.txt as the tokenizer: this export writes no tokenizer.json, and the
+    # earlier one's must not stay behind (AutoTokenizer would read it first).
+    result = CliRunner().invoke(main, ["export-hf", str(run), str(out), "--overwrite", "--tokenizer",
+                                       str(shards / "vocab.txt")])
     assert result.exit_code == 0, result.output
-    assert not (victim / "notes.txt").exists() and (victim / "config.json").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["bertmodel_task.json", "config.json", "model.safetensors",
+                                                     "special_tokens_map.json", "tokenizer_config.json", "vocab.txt"]
+
+
+def test_every_file_an_export_writes_is_listed_and_anything_else_is_refused(tmp_path):
+    tok = tokenizer_info(small_shard_dir(tmp_path / "s", rows=8))
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size))
+    out = export_hf(model, tmp_path / "hf", tokenizer=tok, task={"architecture": "BertForPreTraining"})
+    assert {p.name for p in out.iterdir()} == EXPORT_FILES
+    export_hf(model, out, tokenizer=tok)  # the library replaces an earlier export (RUN/hf at every save)
+    with pytest.raises(BertmodelError, match="holds an earlier export"):
+        export_hf(model, out, tokenizer=tok, overwrite=False)
+    (out / "README.md").write_text("my model card")
+    with pytest.raises(BertmodelError, match=r"holds files an export never writes \(README.md\)"):
+        export_hf(model, out, tokenizer=tok)
+    assert (out / "README.md").read_text() == "my model card"
+    assert not list(tmp_path.glob(".hf.*"))  # no temporary directory left behind
+
+
+def test_a_run_refuses_a_users_file_in_its_hf_before_training(shards, tmp_path):
+    out = tmp_path / "run"
+    assert pretrain(shards, out).exit_code == 0
+    (out / "hf" / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    result = pretrain(shards, out, "--max-steps", 4, "--allow-changed-options")
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {out / 'hf'}: holds files an export never writes (notes.txt); ")
+    assert snapshot(out) == before  # no step trained, no checkpoint written
 
 
 @pytest.mark.parametrize("target", ["run", "run/hf", "run/checkpoints", "parent"])

@@ -127,7 +127,8 @@ def pretrain(**options):
 @click.argument("checkpoint", type=EXISTING)
 @click.argument("out_dir", type=DIR)
 @click.option("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the checkpoint carries none.")
-@click.option("--overwrite", is_flag=True, help="Replace OUT_DIR when it is not empty.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT_DIR (a directory holding "
+              "anything an export does not write is refused).")
 @click.option("--best", "which", flag_value="best", help="From a run dir: the best model by its --metric-for-best "
               "(RUN/best.json; what RUN/hf, evaluate and predict use) [default for fine-tuning runs].")
 @click.option("--latest", "which", flag_value="latest", help="From a run dir: the latest checkpoint [default for "

@@ -22,6 +22,7 @@ one of the best step (state["best"]), which stays while it is the best: a fine-t
 run keeps its latest and its best checkpoint by default. Loading considers only step-N/
 directories whose meta.json exists and whose state.pt has the recorded size, so a
 checkpoint cut short by a crash (or a leftover .tmp directory) is never loaded.
+choose_from_run picks the one `bertmodel export-hf` exports from a run.
 """
 from __future__ import annotations
 
@@ -183,6 +184,49 @@ def write_best(run_dir, best: dict) -> None:
     tmp = Path(run_dir) / f".{BEST_FILE}.tmp"
     tmp.write_text(json.dumps(best, indent=2) + "\n")
     tmp.replace(Path(run_dir) / BEST_FILE)
+
+
+def is_run_dir(path: Path) -> bool:
+    """A RUN dir of ours (checkpoints/ and no config.json), as load_pretrained reads it."""
+    return (path / "checkpoints").is_dir() and not (path / "config.json").is_file()
+
+
+def choose_from_run(run: Path, which: str | None = None, step: int | None = None) -> tuple[Path, int, str]:
+    """The model of a RUN dir to export: (directory to load, its step, what it is in words).
+
+    which "best": the best model by the run's --metric-for-best (RUN/best.json), from its
+    checkpoint or, when that step was evaluated between checkpoints, from RUN/hf (which
+    holds it; it is what `evaluate` and `predict` use); "latest": the latest checkpoint;
+    step: checkpoints/step-N. Default: best where the run keeps one (fine-tuning with
+    validation data), else latest."""
+    best = read_best(run)
+    kept = list_checkpoints(run)
+    if step is not None:
+        found = dict(kept).get(step)
+        if found is None:
+            steps = ", ".join(str(s) for s, _ in kept) or "none"
+            hint = f"; --best exports the best model (step {best['step']:,})" if best else ""
+            raise BertmodelError(f"{run}: no checkpoint of step {step:,} (kept: {steps}){hint}")
+        return found, step, "as asked" + (f"; the best by {best['metric']} is step {best['step']:,}"
+                                          if best and best["step"] != step else "")
+    which = which or ("best" if best else "latest")
+    latest = kept[-1] if kept else None
+    if which == "latest":
+        if latest is None:
+            raise BertmodelError(f"{run}: a run directory without a complete checkpoint")
+        other = (f"; the best by {best['metric']} is step {best['step']:,} (--best)"
+                 if best and best["step"] != latest[0] else "")
+        return latest[1], latest[0], "the latest checkpoint" + other
+    if best is None:
+        raise BertmodelError(f"{run}: no best model (no {run / 'best.json'}: a pre-training run, or one not "
+                             "evaluated yet); use --latest or --step N")
+    step = int(best["step"])
+    source = dict(kept).get(step) or run / "hf"
+    if source == run / "hf" and not (source / "config.json").is_file():
+        raise BertmodelError(f"{run}: the best model (step {step:,}) has neither a checkpoint nor {source}; "
+                             "use --latest or --step N")
+    other = f"; --latest exports step {latest[0]:,}" if latest and latest[0] != step else ""
+    return source, step, f"the best by {best['metric']} {best['value']:.4f}" + other
 
 
 def load_checkpoint(ckpt_dir) -> dict:

@@ -25,6 +25,7 @@ from bertmodel.training import checkpoint as ckpt
 from bertmodel.training import parallel
 from bertmodel.data import BatchLoader, SampleOrder
 from bertmodel.errors import BertmodelError
+from bertmodel.hf import check_export_dir
 from bertmodel.training.host_memory import keep_freed_memory
 from bertmodel.training.metrics import MetricsWriter, format_count
 from bertmodel.model.unpad import resolve as resolve_unpad
@@ -126,8 +127,9 @@ def run_training(cfg, make_task, log) -> dict:
     log = log if d.is_main else (lambda *a, **k: None)
     run = Path(cfg.out)
     try:
-        all_ranks(lambda: (check_out_apart(run, cfg.read_paths()), check_run_dir(run, cfg.task_name)), d,
-                  "the run directory")
+        # RUN/hf is checked now, not at the first save: the export there refuses a user's files.
+        all_ranks(lambda: (check_out_apart(run, cfg.read_paths()), check_run_dir(run, cfg.task_name),
+                           check_export_dir(run / "hf")), d, "the run directory")
         # Rank 0 holds RUN/.lock for the whole run: a second run into the same --out
         # stops at once instead of interleaving checkpoints and metrics.jsonl.
         lock = DirectoryLock(run, what="training run") if d.is_main else None
