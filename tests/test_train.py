@@ -194,7 +194,38 @@ def test_sequences_longer_than_positions_are_rejected(shards, tmp_path):
 def test_resume_refuses_another_model_size(shards, tmp_path):
     train(config(shards, tmp_path / "run", max_steps=1, warmup_steps=0), log=lambda *a: None)
     result = run_cli("pretrain", "--data", shards, "--out", tmp_path / "run", "--preset", "mini", "--no-progress")
-    assert result.exit_code == 1 and "holds checkpoints of another model (2 layers, hidden 128)" in result.output
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {tmp_path / 'run'}: holds a bert model (2 layers, hidden 128), not one of 4 "
+                             "layers, hidden 256; use another --out or the run's size options\n")
+    result = run_cli("pretrain", "--data", shards, "--out", tmp_path / "run", "--preset", "tiny", "--intermediate",
+                     256, "--no-progress")
+    assert result.output == (f"Error: {tmp_path / 'run'}: holds a bert model (2 layers, hidden 128), not one with "
+                             "intermediate_size 256 (the run's: 512); use another --out or the run's size options\n")
+
+
+def test_resume_names_the_architecture_and_the_init_from_it_lacks(shards, tmp_path):
+    """A ModernBERT run resumed as BERT of the same size, and a context extension (a run
+    started with --init-from) resumed without it: each says what the run is."""
+    mb = tmp_path / "mb"
+    fast = ("--data", shards, "--batch-size", 4, "--no-progress", "--seed", 5)
+    assert run_cli("pretrain", *fast, "--out", mb, "--architecture", "modernbert", "--preset", "tiny", "--layers", 4,
+                   "--max-steps", 1).exit_code == 0
+    for architecture in (("--architecture", "bert"), ()):  # bert given, or by default
+        result = run_cli("pretrain", *fast, "--out", mb, *architecture, "--preset", "tiny", "--layers", 4,
+                         "--max-steps", 2)
+        assert result.exit_code == 1
+        assert result.output == (f"Error: {mb}: holds a modernbert model (4 layers, hidden 128), not bert; use "
+                                 "another --out, or resume with --architecture modernbert\n")
+    extended = tmp_path / "extended"
+    assert run_cli("pretrain", *fast, "--out", extended, "--init-from", mb, "--max-steps", 2, "--stop-at",
+                   1).exit_code == 0
+    for architecture in (("--architecture", "modernbert"), ()):
+        result = run_cli("pretrain", *fast, "--out", extended, *architecture, "--max-steps", 2)
+        assert result.exit_code == 1
+        assert result.output == (f"Error: {extended}: a run started with --init-from {mb} (it holds a modernbert "
+                                 "model, 4 layers, hidden 128); resume it with the same --init-from\n")
+    resumed = run_cli("pretrain", *fast, "--out", extended, "--init-from", mb, "--max-steps", 2)
+    assert resumed.exit_code == 0 and "resuming from" in resumed.output
 
 
 def test_resume_refuses_another_seed(shards, tmp_path):

@@ -126,13 +126,38 @@ class PretrainingTask:
 
     def model_for_checkpoint(self, resume: dict):
         config = config_from_dict(resume["config"])
-        if not self.cfg.init_from and self._wanted_config() != config:
-            raise BertmodelError(f"{self.cfg.out} holds checkpoints of another model ({config.num_hidden_layers} "
-                                 f"layers, hidden {config.hidden_size}); use another --out or the same size options")
+        if not self.cfg.init_from:
+            self._check_same_model(config, (resume.get("train") or {}).get("init_from"))
         self._check_positions(config)
         model = self.model_class(config)
         model.load_state_dict(resume["model"])
         return model
+
+    def _check_same_model(self, config, started_from: str | None) -> None:
+        """A resume without --init-from builds the model from the options: they must
+        give the run's own (its architecture first, then its size). A run started with
+        --init-from (a context extension) took its model from there, so it needs it again."""
+        out = self.cfg.out
+        held = f"a {config.architecture} model"
+        shape = f"{config.num_hidden_layers} layers, hidden {config.hidden_size}"
+        if started_from:
+            raise BertmodelError(f"{out}: a run started with --init-from {started_from} (it holds {held}, {shape}); "
+                                 "resume it with the same --init-from")
+        wanted = self._wanted_config()
+        if wanted.architecture != config.architecture:
+            raise BertmodelError(f"{out}: holds {held} ({shape}), not {wanted.architecture}; use another --out, or "
+                                 f"resume with --architecture {config.architecture}")
+        if wanted == config:
+            return
+        if (wanted.num_hidden_layers, wanted.hidden_size) != (config.num_hidden_layers, config.hidden_size):
+            other = f"one of {wanted.num_hidden_layers} layers, hidden {wanted.hidden_size}"
+        else:  # the same depth and width: name the fields that differ
+            saved, now = config.to_dict(), wanted.to_dict()
+            fields = [k for k in now if k in saved and saved[k] != now[k]]
+            other = "one with " + ", ".join(f"{k} {now[k]}" for k in fields) + \
+                    " (the run's: " + ", ".join(f"{saved[k]}" for k in fields) + ")"
+        raise BertmodelError(f"{out}: holds {held} ({shape}), not {other}; use another --out or the run's size "
+                             "options")
 
     def fresh_model(self, log):
         cfg, tok = self.cfg, self.tokenizer
