@@ -39,8 +39,9 @@ class FinetuneConfig(LoopConfig):
     """The architecture of --model random:PRESET ("bert", the default, or "modernbert"); any other
     model carries its own (given, it must be that one)."""
     classifier_pooling: str | None = None
-    """ModernBERT only: what classify and choice read, "cls" (the first token) or "mean" (of the real
-    tokens), as transformers' config field; None: the model's own (cls for a fresh one)."""
+    """ModernBERT, classify and choice only (qa and tokens score every token): the sequence's vector,
+    "cls" (the first token) or "mean" (of the real tokens), as transformers' config field; None: the
+    model's own (cls for a fresh one)."""
     init: str = "pretrained"
     """"pretrained": the model's weights; "random": only its shape (or --model random:PRESET's),
     every weight drawn afresh from the seed, the control that shows what pre-training bought."""
@@ -121,6 +122,10 @@ class FinetuneConfig(LoopConfig):
             raise BertmodelError(f"architecture must be bert or modernbert, got {self.architecture!r}")
         if self.classifier_pooling not in (None, "cls", "mean"):
             raise BertmodelError(f"classifier pooling must be cls or mean, got {self.classifier_pooling!r}")
+        if self.classifier_pooling is not None and self.task not in ("classify", "choice"):
+            # qa and tokens score every token: the option would change nothing but config.json
+            raise BertmodelError(f"classifier pooling applies to classify and choice, not to {self.task}, which "
+                                 "scores every token")
         if self.init not in ("pretrained", "random"):
             raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
         if self.max_seq_length is None:

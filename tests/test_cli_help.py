@@ -56,8 +56,31 @@ def test_each_finetune_task_takes_and_shows_only_its_own_options(name, own, othe
     assert own <= options and not other & options
     shown = CliRunner().invoke(group, [name, "--help"]).output
     assert not [opt for opt in other if f"{opt} " in shown]
-    refused = CliRunner().invoke(group, [name, "--model", ".", "--out", "x", sorted(other)[0], "1"])
-    assert refused.exit_code == 2 and "No such option" in refused.output
+    option = sorted(other)[0]
+    owner = next(n for n, o in OWN.items() if option in o)
+    refused = CliRunner().invoke(group, [name, "--model", ".", "--out", "x", option, "1"])
+    assert refused.exit_code == 2
+    assert refused.output == f"Error: {option} is an option of finetune {owner}, not of {name}\n"
+
+
+@pytest.mark.parametrize("name", ["qa", "tokens"])
+def test_classifier_pooling_is_refused_where_nothing_pools(name):
+    """ModernBERT's classifier_pooling shapes the one vector classify and choice score; qa
+    and tokens score every token, so it would change nothing but the export's config.json."""
+    group = bertmodel_main.commands["finetune"]
+    for task in ("classify", "choice"):
+        assert "--classifier-pooling" in CliRunner().invoke(group, [task, "--help"]).output
+    assert "--classifier-pooling" not in CliRunner().invoke(group, [name, "--help"]).output
+    refused = CliRunner().invoke(group, [name, "--model", ".", "--out", "x", "--classifier-pooling", "mean"])
+    assert refused.exit_code == 2
+    assert refused.output == (f"Error: --classifier-pooling is an option of finetune classify and choice, not of "
+                              f"{name}: it pools a sequence into one vector (ModernBERT), and {name} scores every "
+                              "token\n")
+    from bertmodel.errors import BertmodelError
+    from bertmodel.finetune import FinetuneConfig
+
+    with pytest.raises(BertmodelError, match=r"^classifier pooling applies to classify and choice, not to " + name):
+        FinetuneConfig(task=name, model=".", out="x", classifier_pooling="mean")
 
 
 def test_task_options_keep_their_defaults_and_the_help_shows_them():

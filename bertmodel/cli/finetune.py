@@ -124,9 +124,9 @@ def training_options(task: str):
                      "...), or random:PRESET (a preset's shape, random weights; with --tokenizer)."),
         _opt("--architecture", type=click.Choice(["bert", "modernbert"]), help="The architecture of --model "
              "random:PRESET; any other --model carries its own."),
-        _opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: classify and choice read "
-             "the first token (cls) or the mean of the real tokens (mean), as transformers' config field. Default: "
-             "the model's own."),
+        *([_opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: read the first "
+                "token (cls) or the mean of the real tokens (mean) as the sequence's vector, as transformers' config "
+                "field. Default: the model's own.")] if task in POOLED_TASKS else []),
         _opt("--init", type=click.Choice(["pretrained", "random"]), help="random: only --model's shape, every weight "
              "drawn afresh from --seed (the control for what pre-training bought)."),
         click.option("--train", type=EXISTING, help="Training file (or save_to_disk dir)."),
@@ -173,6 +173,31 @@ def training_options(task: str):
     ])
 
 
+# The tasks that score one vector per sequence (ModernBERT's classifier_pooling makes it);
+# qa and tokens score every token.
+POOLED_TASKS = ("classify", "choice")
+# Why an option of some tasks does nothing in the others, said when it is given there.
+NOT_HERE = {"--classifier-pooling": "it pools a sequence into one vector (ModernBERT), and {task} scores every token"}
+
+
+class TaskCommand(click.Command):
+    """A `finetune TASK` command: another task's option is named as such (click would
+    offer a near spelling of one of this task's, as if it were a typo)."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            siblings = ctx.parent.command.commands if ctx.parent is not None else {}
+            owners = [name for name, command in siblings.items() if command is not self
+                      and any(exc.option_name in param.opts for param in command.params)]
+            if not owners:
+                raise
+            why = NOT_HERE.get(exc.option_name)
+            raise click.UsageError(f"{exc.option_name} is an option of finetune {' and '.join(owners)}, not of "
+                                   f"{self.name}" + (f": {why.format(task=self.name)}" if why else ""), ctx) from None
+
+
 def _apply(fn, decorators: list):
     """Options in the order listed (decorators apply bottom-up)."""
     for deco in reversed(decorators):
@@ -205,7 +230,7 @@ def _run(task: str, options: dict) -> None:
     finish_run(options["out"], last, keys)
 
 
-@finetune.command("classify", context_settings=CONTEXT_SETTINGS)
+@finetune.command("classify", cls=TaskCommand, context_settings=CONTEXT_SETTINGS)
 @training_options("classify")
 @data_options("classify")
 @click.option("--positive-label", help="Two classes: the label whose F1 is the 'f1' metric [default: label 1 of "
@@ -226,7 +251,7 @@ def classify(**options):
     _run("classify", options)
 
 
-@finetune.command("qa", context_settings=CONTEXT_SETTINGS)
+@finetune.command("qa", cls=TaskCommand, context_settings=CONTEXT_SETTINGS)
 @training_options("qa")
 @data_options("qa")
 @user_errors
@@ -244,7 +269,7 @@ def qa(**options):
     _run("qa", options)
 
 
-@finetune.command("tokens", context_settings=CONTEXT_SETTINGS)
+@finetune.command("tokens", cls=TaskCommand, context_settings=CONTEXT_SETTINGS)
 @training_options("tokens")
 @data_options("tokens")
 @user_errors
@@ -267,7 +292,7 @@ def tokens(**options):
     _run("tokens", options)
 
 
-@finetune.command("choice", context_settings=CONTEXT_SETTINGS)
+@finetune.command("choice", cls=TaskCommand, context_settings=CONTEXT_SETTINGS)
 @training_options("choice")
 @data_options("choice")
 @user_errors
@@ -297,14 +322,17 @@ def choice(**options):
 @_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
 @unpad_option
 @click.option("--overwrite", is_flag=True, help="Replace the prediction files an earlier evaluation left in --out.")
+@click.option("--allow-unknown-tags", is_flag=True, help="Score data whose gold tags the model does not know: they "
+              "count as missed entities and wrong words, and no loss is reported (tokens; refused without it).")
 @data_options(None, defaults=False)
 @user_errors
-def evaluate(run, data, out, device, unpad, overwrite, **options):
+def evaluate(run, data, out, device, unpad, overwrite, allow_unknown_tags, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
     Data options default to those the run was trained with; each applies to the tasks its
-    help names. Unlabelled data: `bertmodel predict RUN --file`.
+    help names. What was read, and what --max-seq-length cut (rows truncated, sentences
+    split into windows), goes to stderr. Unlabelled data: `bertmodel predict RUN --file`.
 
     \b
     Example:
@@ -315,7 +343,9 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
     if data:
         options["validation"] = data
         options["dataset"] = None
-    metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite)
+    metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite,
+                                    log=functools.partial(click.echo, err=True),
+                                    allow_unknown_tags=allow_unknown_tags)
     click.echo(json.dumps(metrics, sort_keys=True))
     if not metrics:
         click.echo(f"no labels in {data or 'the validation data'}: predictions written, no metrics computed",
@@ -338,11 +368,15 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
 @click.option("--context", help="The context to find its answer in (QA models).")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @unpad_option
+@click.option("--max-seq-length", type=click.IntRange(min=8), help="Tokens read at once, up to the model's positions "
+              "(ModernBERT: 8,192): longer texts are truncated (classify, choice) or read in windows (tokens, qa), "
+              "with a warning [default: the run's].")
 @user_errors
-def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad):
+def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad, max_seq_length):
     """Labels with probabilities for texts (a token classifier: each text's entities, a
     JSON line per text), or the answer to --question in --context; or a JSON line for
-    each record of --file.
+    each record of --file. A text longer than --max-seq-length (the run's by default) is
+    truncated, or read in windows by a token classifier, and a warning says so.
 
     \b
     Example:
@@ -361,7 +395,7 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
     if out and not file:
         raise click.UsageError("--out goes with --file")
     if file:
-        records = predict_file(run, file, device=device, unpad=unpad, warn=warn)
+        records = predict_file(run, file, device=device, unpad=unpad, warn=warn, max_seq_length=max_seq_length)
         if out:
             write_predictions(out, records, overwrite=overwrite)
             click.echo(f"predictions: {out} ({len(records):,} records)", err=True)
@@ -372,14 +406,16 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
     if question or context:
         if not (question and context):
             raise click.UsageError("--question and --context go together")
-        for r in predict_answers(run, [question], [context], device=device, unpad=unpad):
+        for r in predict_answers(run, [question], [context], device=device, unpad=unpad,
+                                 max_seq_length=max_seq_length):
             click.echo(f"{r['answer'] or NO_ANSWER}\t{r['score']:.4f}")
         return
     if not texts:
         raise click.UsageError("give texts, --file, or --question with --context")
     if pairs and len(pairs) != len(texts):
         raise click.UsageError(f"{len(pairs)} --pair for {len(texts)} texts")
-    for r in predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad, warn=warn):
+    for r in predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad, warn=warn,
+                           max_seq_length=max_seq_length):
         if "entities" in r:  # a token classifier: the text's entities as one JSON line
             click.echo(json.dumps(r, ensure_ascii=False))
         elif "label" in r:
