@@ -96,3 +96,20 @@ def test_clipping_off_is_a_plain_step():
     expected = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in _grads(0, 10.0)])))
     assert norm == pytest.approx(expected, rel=1e-6) and norm > 1.0  # reported, never applied
     assert all(torch.equal(a, b) for a, b in zip(ours, reference))
+
+
+def test_a_float64_model_is_clipped_as_clip_grad_norm_then_fused_step():
+    """The fused kernel takes an fp32 grad_scale only: a float64 model (as the step-by-step
+    tests against transformers train) is clipped by clip_grad_norm_'s own multiply and
+    stepped by the same fused AdamW, to the bit."""
+    if not _fused_available():
+        pytest.skip("this torch build has no fused AdamW for the CPU")
+    ours, reference = [[p.double() for p in _params(3)] for _ in range(2)]
+    ours, reference = [torch.nn.Parameter(p) for p in ours], [torch.nn.Parameter(p) for p in reference]
+    opt, ref_opt = _make("adamw-fused", ours), _make("adamw-fused", reference)
+    for step, scale in enumerate([10.0, 1e-3, 10.0]):  # clipped, not, clipped
+        for p, q, g in zip(ours, reference, _grads(step, scale)):
+            p.grad, q.grad = g.double(), g.double()
+        assert clip_and_step(opt, ours, 1.0) == float(torch.nn.utils.clip_grad_norm_(reference, 1.0))
+        ref_opt.step()
+        assert all(a.dtype == torch.float64 and torch.equal(a, b) for a, b in zip(ours, reference))
