@@ -2,8 +2,9 @@
 our classification model, its weight-decay groups, our AdamW and linear schedule, and
 global-norm clipping against transformers' BertForSequenceClassification with the
 Trainer's decay groups, torch's AdamW and its linear schedule, from the same weights on
-the same batches (dropout off, so nothing random is drawn). Any difference in the loss,
-the head, the groups, the optimizer or the schedule shows up as diverging weights."""
+the same batches (dropout off, so nothing random is drawn), warmup included. Any
+difference in the loss, the head, the groups, the optimizer or the schedule shows up as
+diverging weights."""
 import numpy as np
 import pytest
 import torch
@@ -14,7 +15,7 @@ from bertmodel.training.optim import Schedule, build_optimizer, set_lr
 
 transformers = pytest.importorskip("transformers")
 
-STEPS, LR = 12, 3e-3
+STEPS, WARMUP, LR = 12, 3, 3e-3
 
 
 def batches(vocab: int, n: int):
@@ -41,14 +42,14 @@ def test_training_steps_equal_transformers_on_the_same_hyperparameters():
     ours.eval(), theirs.eval()  # dropout off: the two draw random numbers differently
 
     # Ours as the trainer builds it (AdamW over the model's own decay groups); eps as the
-    # Trainer's default, and no warmup (ours starts warmup one step ahead of theirs).
+    # Trainer's default.
     opt_ours = build_optimizer(ours, "adamw", LR, 0.01, torch.device("cpu"), eps=1e-8)
-    schedule = Schedule(LR, 0, STEPS)
+    schedule = Schedule(LR, WARMUP, STEPS)
     no_decay = [n for n in dict(theirs.named_parameters()) if n.endswith("bias") or "LayerNorm" in n]
     opt_theirs = torch.optim.AdamW([
         {"params": [p for n, p in theirs.named_parameters() if n not in no_decay], "weight_decay": 0.01},
         {"params": [p for n, p in theirs.named_parameters() if n in no_decay], "weight_decay": 0.0}], lr=LR, eps=1e-8)
-    sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, 0, STEPS)
+    sched_theirs = transformers.get_linear_schedule_with_warmup(opt_theirs, WARMUP, STEPS)
 
     losses = []
     for step, (inputs, labels) in enumerate(batches(config.vocab_size, STEPS)):

@@ -152,7 +152,8 @@ def test_param_groups_no_decay_on_bias_and_layernorm():
 
 def test_schedules():
     lin = Schedule(1e-3, warmup_steps=10, max_steps=110)
-    assert [round(lin(s), 6) for s in (0, 4, 9, 10, 60, 109)] == [1e-4, 5e-4, 1e-3, 1e-3, 5e-4, 1e-5]
+    # warmup from 0 (step / warmup, as transformers' and Google's schedules), the peak at step 10
+    assert [round(lin(s), 6) for s in (0, 4, 9, 10, 60, 109)] == [0.0, 4e-4, 9e-4, 1e-3, 5e-4, 1e-5]
     poly = Schedule(1e-3, warmup_steps=0, max_steps=100, kind="poly")
     assert poly(0) == 1e-3 and abs(poly(75) - 1e-3 * 0.25 ** 0.5) < 1e-12
 

@@ -178,9 +178,7 @@ def test_mlm_steps_equal_transformers_with_wsd(shards):
     sched_theirs = transformers.get_wsd_schedule(opt_theirs, num_warmup_steps=2, num_decay_steps=3,
                                                  num_training_steps=STEPS, decay_type="1-sqrt", min_lr_ratio=0.0)
     for step, (batch_ours, batch_theirs) in enumerate(batches):
-        # Ours warms up one step ahead (step + 1) / warmup, as the linear schedule does.
-        if step >= 2:
-            assert schedule(step) == pytest.approx(sched_theirs.get_last_lr()[0], rel=1e-6, abs=1e-12), step
+        assert schedule(step) == pytest.approx(sched_theirs.get_last_lr()[0], rel=1e-6, abs=1e-12), step
         set_lr(opt_ours, schedule(step))
         for group in opt_theirs.param_groups:
             group["lr"] = schedule(step)

@@ -23,12 +23,12 @@ def lrs(schedule: Schedule) -> list[float]:
 def test_linear_decay_phase_boundaries():
     # warmup steps 0-1, stable 2-5, decay 6-9 (4 steps), 0 at step 10
     s = Schedule(1.0, 2, 10, kind="wsd", decay_steps=4, decay_shape="linear")
-    assert lrs(s) == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+    assert lrs(s) == [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
 
 
 def test_1_sqrt_decay_phase_boundaries():
     s = Schedule(1.0, 2, 10, kind="wsd", decay_steps=4, decay_shape="1-sqrt")
-    assert lrs(s) == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 1 - math.sqrt(0.5), 1 - math.sqrt(0.75), 0.0]
+    assert lrs(s) == [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 1 - math.sqrt(0.5), 1 - math.sqrt(0.75), 0.0]
     assert s(10_000) == 0.0  # past the end, as the linear schedule
 
 
@@ -39,7 +39,7 @@ def test_linear_wsd_decaying_all_the_way_is_the_linear_schedule():
 
 def test_no_warmup_and_no_decay_steps():
     assert lrs(Schedule(1.0, 0, 4, kind="wsd", decay_steps=2, decay_shape="linear")) == [1.0, 1.0, 1.0, 0.5, 0.0]
-    assert lrs(Schedule(1.0, 2, 4, kind="wsd", decay_steps=0))[:4] == [0.5, 1.0, 1.0, 1.0]  # constant after warmup
+    assert lrs(Schedule(1.0, 2, 4, kind="wsd", decay_steps=0))[:4] == [0.0, 0.5, 1.0, 1.0]  # constant after warmup
 
 
 def config(**kw) -> LoopConfig:
@@ -143,7 +143,7 @@ def test_a_pretrain_run_logs_the_wsd_schedule(wsd_run):
     records = [json.loads(line) for line in (wsd_run / "metrics.jsonl").read_text().splitlines()]
     logged = {r["step"]: r["lr"] for r in records if "loss" in r}
     # the record of step N holds the lr of step N - 1 (0-based): warmup 0-1, stable 2, decay 3-4 (0.4 x 5 = 2 steps)
-    assert logged == {1: 0.0005, 2: 0.001, 3: 0.001, 4: 0.001, 5: 0.001 * (1 - math.sqrt(0.5))}
+    assert logged == {1: 0.0, 2: 0.0005, 3: 0.001, 4: 0.001, 5: 0.001 * (1 - math.sqrt(0.5))}
 
 
 def test_resume_refuses_a_changed_decay_ratio(shards, wsd_run):

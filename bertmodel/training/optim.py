@@ -22,7 +22,7 @@
   following the schedule's shape but not its size (ModernBERT's 1e-5 is per step at the
   peak, not multiplied by the lr); then p -= lr_t * m / (sqrt(v) + eps). Gradients are
   already all-reduced when it runs, so under DDP every rank takes the same step.
-- Schedules: linear warmup to the peak, then linear decay to 0 (Devlin et al.) or
+- Schedules: linear warmup from 0 to the peak, then linear decay to 0 (Devlin et al.) or
   polynomial decay with power 0.5 (NVIDIA's BERT recipe, PolyWarmUpScheduler), or
   warmup-stable-decay ("wsd", trapezoidal): the peak held until the last `decay_steps`
   steps, which decay it to 0 linearly or as 1 - sqrt(progress) (Hägele et al. 2024,
@@ -69,7 +69,10 @@ class Schedule:
     def __call__(self, step: int) -> float:
         """Learning rate for optimizer step `step` (0-based)."""
         if step < self.warmup_steps:
-            return self.peak_lr * (step + 1) / self.warmup_steps
+            # step / warmup: the first step's lr is 0 (it only fills Adam's moments), as in
+            # transformers' schedules (the Trainer's) and Google's optimization.py, so a
+            # run here and there take the same steps.
+            return self.peak_lr * step / self.warmup_steps
         if self.kind == "wsd":
             decay_start = self.max_steps - self.decay_steps
             if step < decay_start:
