@@ -90,8 +90,12 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
             (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     else:
         lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
-        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "model_max_length": max_len,
-                  **SPECIAL_TOKENS_MAP}
+        strip = lower if tokenizer.strip_accents is None else bool(tokenizer.strip_accents)
+        # strip_accents written out: transformers' BertTokenizer rebuilds its normalizer
+        # from these two, and a lower-cased model trained with accents kept (non-Latin
+        # text) must not have them stripped.
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "strip_accents": strip,
+                  "model_max_length": max_len, **SPECIAL_TOKENS_MAP}
         (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     if "special_tokens_map.json" not in tokenizer.files:
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))

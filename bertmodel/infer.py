@@ -2,8 +2,10 @@
 
 The tokenizer is the one stored with the model (RUN/hf/, a checkpoint's tokenizer/, or
 an HF dir): tokenizer.json when present, else vocab.txt with BERT's basic + WordPiece
-pipeline. The literal "[MASK]" is split out of the text before encoding, so it becomes
-the mask id whatever the tokenizer's added-token settings are.
+pipeline, lower-casing and stripping accents as the stored files say (a Korean model's
+guesses are syllables, not the jamo accent stripping would make). The literal "[MASK]"
+is split out of the text before encoding, so it becomes the mask id whatever the
+tokenizer's added-token settings are.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from bertmodel.errors import BertmodelError
+from bertprep.errors import BertprepError
 from bertmodel.hf import load_into, load_pretrained
 from bertmodel.model import head_class
 
@@ -26,13 +29,18 @@ class Guess:
 
 
 def load_tokenizer(tokenizer_info):
-    from tokenizers import BertWordPieceTokenizer, Tokenizer
+    """The model's tokenizer (a `tokenizers.Tokenizer`) as bertprep's loader builds it,
+    with the casing and accent stripping the model was trained with (tokenizer_info's,
+    which reads the manifest and tokenizer_config.json before tokenizer.json)."""
+    from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
     files = tokenizer_info.files
-    if "tokenizer.json" in files:
-        return Tokenizer.from_file(str(files["tokenizer.json"]))
-    lowercase = True if tokenizer_info.lowercase is None else bool(tokenizer_info.lowercase)
-    return BertWordPieceTokenizer(str(files["vocab.txt"]), lowercase=lowercase)
+    path = files["tokenizer.json"] if "tokenizer.json" in files else files["vocab.txt"]
+    try:
+        return load_bert_tokenizer(path, lowercase=tokenizer_info.lowercase,
+                                   strip_accents=tokenizer_info.strips_accents).tokenizer
+    except BertprepError as exc:
+        raise BertmodelError(str(exc)) from None
 
 
 def encode_with_masks(tokenizer, text: str, special: dict) -> list[int]:

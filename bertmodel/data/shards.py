@@ -32,6 +32,7 @@ from bertprep.shards import schema
 
 from bertprep.storage import sha256_file  # noqa: E402
 from bertprep.tokenizer import TOKENIZER_FILES  # noqa: E402,F401  (one list of the files a tokenizer is)
+from bertprep.tokenizer import infer_lowercase, load_tokenizer, resolve_strip_accents
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 LIST_COLUMNS = (schema.INPUT_IDS, schema.TOKEN_TYPE_IDS, schema.MASKED_LM_POSITIONS, schema.MASKED_LM_IDS)
 
@@ -43,6 +44,7 @@ class TokenizerInfo:
     fingerprint: str | None = None  # the manifest's, when it has one
     vocab_sha256: str | None = None  # of vocab.txt, when there is one
     lowercase: bool | None = None
+    strip_accents: bool | None = None  # None: follows lowercase (Google's convention)
     files: dict[str, Path] = field(default_factory=dict)  # name -> path, for copying into RUN/hf
 
     def same_as(self, other: "TokenizerInfo") -> str | None:
@@ -55,7 +57,15 @@ class TokenizerInfo:
             return "vocab.txt contents differ"
         if self.lowercase is not None and other.lowercase is not None and self.lowercase != other.lowercase:
             return f"lowercase {self.lowercase} vs {other.lowercase}"
+        if self.strips_accents is not None and other.strips_accents is not None \
+                and self.strips_accents != other.strips_accents:
+            return f"strip_accents {self.strips_accents} vs {other.strips_accents}"
         return None
+
+    @property
+    def strips_accents(self) -> bool | None:
+        """Whether accents are stripped (strip_accents, else as lowercase; None: unknown)."""
+        return self.lowercase if self.strip_accents is None else self.strip_accents
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -78,8 +88,6 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
     if directory.is_file() and directory.suffix == ".json":
         # A tokenizer.json: bertprep reads it (and refuses one that isn't); its files,
         # written to a scratch folder, are what RUN/hf gets.
-        from bertprep.tokenizer import load_tokenizer
-
         loaded = load_tokenizer(directory)
         directory = Path(tempfile.mkdtemp(prefix="bertmodel-tokenizer-"))
         loaded.save(directory)
@@ -106,23 +114,36 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         if missing:
             raise BertmodelError(f"{vocab}: vocabulary lacks {', '.join(missing)}")
     special.setdefault("pad", 0)
-    lowercase = tok.get("lowercase")
-    if lowercase is None and "tokenizer_config.json" in files:
-        lowercase = read_json(files["tokenizer_config.json"], "").get("do_lower_case")
-    if lowercase is None:
-        # Nothing says: cased or not as bertprep's loader reads these files (a bare
-        # vocab.txt is uncased when no token has an upper-case letter), so an export and
-        # fill-mask lower-case exactly when training did.
-        from bertprep.tokenizer import infer_lowercase, load_tokenizer
-
-        if "tokenizer.json" in files:
-            lowercase = load_tokenizer(files["tokenizer.json"]).lowercase
-        elif tokens is not None:
-            lowercase = infer_lowercase(tokens)
+    lowercase, strip_accents = _casing(tok, files, tokens)
     return TokenizerInfo(
         vocab_size=int(vocab_size), special_ids={k: int(v) for k, v in special.items()},
         fingerprint=tok.get("fingerprint"), vocab_sha256=sha256_file(vocab) if vocab else None,
-        lowercase=lowercase, files=files)
+        lowercase=lowercase, strip_accents=strip_accents, files=files)
+
+
+def _casing(tok: dict, files: dict[str, Path], tokens: list[str] | None) -> tuple[bool | None, bool | None]:
+    """(lowercase, strip_accents): the manifest's, else tokenizer_config.json's, else as
+    bertprep's loader reads these files (a bare vocab.txt is uncased when no token has an
+    upper-case letter, and strips accents exactly when uncased, as Google's tokenizer), so
+    an export and fill-mask normalise exactly as training did."""
+    lowercase, strip = tok.get("lowercase"), tok.get("strip_accents")
+    if "tokenizer_config.json" in files:
+        config = read_json(files["tokenizer_config.json"], "")
+        if lowercase is None:
+            lowercase = config.get("do_lower_case")
+        if strip is None and isinstance(config.get("strip_accents"), bool):
+            strip = config["strip_accents"]
+    if lowercase is not None and strip is not None:
+        return lowercase, strip
+    if "tokenizer.json" in files:
+        loaded = load_tokenizer(files["tokenizer.json"])
+        file_lowercase, file_strip = loaded.lowercase, loaded.strip_accents
+    elif tokens is not None:
+        file_lowercase, file_strip = infer_lowercase(tokens), None
+    else:
+        return lowercase, strip
+    return (file_lowercase if lowercase is None else lowercase,
+            resolve_strip_accents(file_lowercase, file_strip, lowercase, strip))
 
 
 class ShardFile:

@@ -26,11 +26,18 @@ ENCODE_BATCH_LINES = 4096
 @click.option("--vocab-size", type=click.IntRange(min=6), default=DEFAULTS.vocab_size, show_default=True,
               help="Exact number of vocabulary entries, specials included.")
 @click.option("--lowercase/--cased", default=DEFAULTS.lowercase, show_default=True,
-              help="Uncased (lower-case and strip accents, as BERT-uncased) or cased.")
+              help="Lower-case the text (BERT-uncased) or keep its case.")
+@click.option("--strip-accents/--no-strip-accents", default=None,
+              help="Strip accents (NFD, then delete combining marks), as BERT-uncased does [default: auto: only "
+                   "when lower-casing text that is almost all Latin, Greek or Cyrillic with few accents; stripping "
+                   "splits Hangul into jamo and deletes letters of Devanagari, Thai, Arabic, Vietnamese].")
 @click.option("--min-frequency", type=click.IntRange(min=0), default=DEFAULTS.min_frequency, show_default=True,
               help="A merge needs a pair of pieces seen at least this often.")
-@click.option("--limit-alphabet", type=click.IntRange(min=1), default=DEFAULTS.limit_alphabet, show_default=True,
-              help="Keep at most this many initial characters (the most frequent); others become [UNK].")
+@click.option("--character-coverage", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help=f"Keep the most frequent characters covering this share of character occurrences as the "
+                   f"alphabet; the rest become [UNK] [default: {DEFAULTS.character_coverage}].")
+@click.option("--limit-alphabet", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Instead of --character-coverage: keep exactly the N most frequent characters.")
 @click.option("--unused", type=click.IntRange(min=0), default=DEFAULTS.unused, show_default=True, metavar="N",
               help="Reserve [unused0]..[unused{N-1}] right after [PAD] (Google's uncased vocab: 99).")
 @click.option("--max-chars-per-word", type=click.IntRange(min=1), default=DEFAULTS.max_chars_per_word,
@@ -46,14 +53,16 @@ ENCODE_BATCH_LINES = 4096
 @user_errors
 def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences,
                             document_separator, out_dir,
-                            vocab_size, lowercase, min_frequency, limit_alphabet, unused,
-                            max_chars_per_word, sample_bytes, heldout_fraction, overwrite, quiet):
+                            vocab_size, lowercase, strip_accents, min_frequency, character_coverage,
+                            limit_alphabet, unused, max_chars_per_word, sample_bytes, heldout_fraction,
+                            overwrite, quiet):
     """Train a BERT WordPiece vocabulary on INPUT... and write it to TOKDIR.
 
     Training is deterministic: the same corpus and options give byte-identical files.
     The vocabulary is [PAD], the --unused slots, [UNK] [CLS] [SEP] [MASK], the alphabet,
     then the learned pieces; it has exactly --vocab-size entries unless the corpus is
-    too small (then a warning says so).
+    too small (then a warning says so). The normalisation (lower-casing, accent
+    stripping) and the corpus's scripts are reported before training starts.
 
     \b
     Example:
@@ -61,20 +70,30 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
     """
     spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
                                     document_separator)
+    if character_coverage is not None and limit_alphabet is not None:
+        raise click.UsageError("--character-coverage and --limit-alphabet both choose the alphabet: give one")
     config = TokenizerTrainingConfig(
-        vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
+        vocab_size=vocab_size, lowercase=lowercase, strip_accents=strip_accents, min_frequency=min_frequency,
+        character_coverage=DEFAULTS.character_coverage if character_coverage is None else character_coverage,
         limit_alphabet=limit_alphabet, unused=unused, max_chars_per_word=max_chars_per_word,
         sample_bytes=sample_bytes, heldout_fraction=heldout_fraction,
     )
     stats = ReadStats()
+
+    def read_and_decided(normalisation):
+        # Reported before the trainer runs, so a wrong choice can be stopped early.
+        click.echo(f"read {stats.summary()}")
+        for line in normalisation.summary_lines():
+            click.echo(line)
+
     report = train_tokenizer(iter_documents(spec, stats), config, out_dir, overwrite=overwrite,
-                             progress=not quiet)
-    click.echo(f"read {stats.summary()}")
+                             progress=not quiet, on_normalisation=read_and_decided)
     if report.training_bytes != report.corpus_bytes:
         click.echo(f"trained on {format_size(report.training_bytes)} "
                    f"({report.training_documents:,} documents)")
     click.echo(f"vocabulary: {report.vocab_size:,} entries (requested {report.requested_vocab_size:,}), "
-               f"alphabet {report.alphabet_size:,} characters -> {out_dir}")
+               f"alphabet {report.alphabet_size:,} characters covering {1 - report.alphabet_dropped_share:.3%} "
+               f"of character occurrences ({report.alphabet_dropped:,} rarer left out: [UNK]) -> {out_dir}")
     if report.unk_rate is not None:
         click.echo(f"[UNK] rate {report.unk_rate:.4%}, {report.tokens_per_word:.3f} tokens/word "
                    f"on {report.heldout_words:,} {report.measured_on} words")
@@ -92,8 +111,11 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
 @click.option("--lowercase/--cased", default=None,
               help="Override the tokenizer's casing [default: from the files; for a bare vocab.txt, "
                    "uncased unless a token has upper-case letters].")
+@click.option("--strip-accents/--no-strip-accents", default=None,
+              help="Override the tokenizer's accent stripping [default: from the files; for a bare vocab.txt, "
+                   "stripped when uncased, as Google's tokenizer].")
 @user_errors
-def encode_command(tokenizer_path, texts, ids, special, lowercase):
+def encode_command(tokenizer_path, texts, ids, special, lowercase, strip_accents):
     """Tokenize each TEXT (or each line of stdin when no TEXT is given) and print the
     tokens, space-separated, one line per input.
 
@@ -102,7 +124,7 @@ def encode_command(tokenizer_path, texts, ids, special, lowercase):
       bertprep encode --tokenizer tok/ "Hello, world!"
       cat corpus.txt | bertprep encode --tokenizer vocab.txt --ids
     """
-    tok = load_tokenizer(tokenizer_path, lowercase=lowercase)
+    tok = load_tokenizer(tokenizer_path, lowercase=lowercase, strip_accents=strip_accents)
     if texts:
         raw, what, where = iter(texts), "argument", ""
     else:

@@ -29,8 +29,11 @@ def observed_statistics(stats: dict, options: dict) -> dict:
     }
 
 
-def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, shards, partitions, stats, read_stats) -> dict:
-    return {
+def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, shards, partitions, stats, read_stats,
+                   mix=None) -> dict:
+    """The manifest's fields; `mix` (bertprep.corpus.MixPlan.record: sources, weights,
+    temperature, rates and the achieved shares) only for a mix of sources."""
+    manifest = {
         "format_version": schema.FORMAT_VERSION,
         "created_by": f"bertprep {version}",
         "options": options,
@@ -40,6 +43,7 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
             "fingerprint": tok.fingerprint(),
             "vocab_size": tok.vocab_size,
             "lowercase": tok.lowercase,
+            "strip_accents": tok.strip_accents,
             "max_chars_per_word": tok.max_chars_per_word,
             "special_ids": tok.special.as_dict(),
             "files": sorted(tokenizer_files),
@@ -62,6 +66,9 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
         },
         "statistics": observed_statistics(stats, options),
     }
+    if mix is not None:
+        manifest["mix"] = mix
+    return manifest
 
 
 def pairing(manifest: dict) -> str:

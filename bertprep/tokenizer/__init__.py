@@ -1,12 +1,15 @@
 """The WordPiece tokenizer: training it deterministically (training.py) with its
-guards (guards.py), its files and loading (files.py), and bulk encoding (encoding.py).
+guards (guards.py), the normalisation per script (scripts.py) and the alphabet
+(alphabet.py), its files and loading (files.py), and bulk encoding (encoding.py).
 """
 from bertprep.tokenizer.encoding import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer.files import (LoadedTokenizer, SPECIAL_TOKENS, SpecialIds, TOKENIZER_FILES, build_tokenizer,
-                                      infer_lowercase, load_tokenizer)
+                                      infer_lowercase, load_tokenizer, resolve_strip_accents)
 from bertprep.tokenizer.guards import LongWords, UNCASED_GROWTH, WORD_BOUNDARIES
+from bertprep.tokenizer.scripts import Normalisation, choose_normalisation, script_of
 from bertprep.tokenizer.training import TokenizerTrainingConfig, train_tokenizer
 
-__all__ = ["LoadedTokenizer", "LongWords", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds", "TOKENIZER_FILES",
-           "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer", "infer_lowercase",
-           "load_tokenizer", "nanotoken_available", "train_tokenizer"]
+__all__ = ["LoadedTokenizer", "LongWords", "Normalisation", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds",
+           "TOKENIZER_FILES", "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer",
+           "choose_normalisation", "infer_lowercase", "load_tokenizer", "nanotoken_available",
+           "resolve_strip_accents", "script_of", "train_tokenizer"]

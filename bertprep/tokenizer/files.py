@@ -1,11 +1,15 @@
 """Load, build and save a BERT WordPiece tokenizer (the reference is `tokenizers`).
 
-A `LoadedTokenizer` wraps a `tokenizers.Tokenizer` whose pipeline is rebuilt from three
-things only: the vocabulary (id -> token), `lowercase` and `max_chars_per_word`. So a
-Google `vocab.txt`, a `tokenizer.json` and a TOKDIR all give the same pipeline:
+A `LoadedTokenizer` wraps a `tokenizers.Tokenizer` whose pipeline is rebuilt from four
+things only: the vocabulary (id -> token), `lowercase`, `strip_accents` and
+`max_chars_per_word`. So a Google `vocab.txt`, a `tokenizer.json` and a TOKDIR all give
+the same pipeline:
 
-- `BertNormalizer(clean_text, handle_chinese_chars, strip_accents=lowercase, lowercase)`
-  (accents are stripped only when lower-casing, as Google's tokenizer does);
+- `BertNormalizer(clean_text, handle_chinese_chars, strip_accents, lowercase)`. Google's
+  tokenizer strips accents exactly when it lower-cases, and so does a bare vocab.txt
+  here; a TOKDIR may say otherwise (tokenizer.json's normalizer, tokenizer_config.json's
+  `strip_accents`, which transformers' BertTokenizer reads): accent stripping turns
+  Hangul into jamo and deletes letters of other scripts (scripts.py);
 - `BertPreTokenizer` (whitespace, then every punctuation char on its own);
 - `WordPiece(unk_token="[UNK]", continuing_subword_prefix="##",
   max_input_chars_per_word=max_chars_per_word)`, default 200 as Google's tokenizer
@@ -32,8 +36,10 @@ every line of the shared corpora, including words of 101-200 characters):
 
 The fingerprint (`LoadedTokenizer.fingerprint`) is the sha256 of the UTF-8 JSON text
 `["bertprep-tokenizer/1", lowercase, max_chars_per_word, [token0, token1, ...]]` written
-with `ensure_ascii=False` and separators `(",", ":")`: two tokenizers with the same
-fingerprint encode every text identically.
+with `ensure_ascii=False` and separators `(",", ":")` when accents are stripped exactly
+when lower-casing (every tokenizer before the two were separate keeps its fingerprint),
+else of `["bertprep-tokenizer/2", lowercase, strip_accents, max_chars_per_word, [...]]`:
+two tokenizers with the same fingerprint encode every text identically.
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ from bertprep.errors import BertprepError, describe_path
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_MAX_CHARS_PER_WORD = 200  # Google's tokenization.py; `tokenizers` defaults to 100
 FINGERPRINT_VERSION = "bertprep-tokenizer/1"
+FINGERPRINT_VERSION_STRIP = "bertprep-tokenizer/2"  # strip_accents differs from lowercase
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -85,6 +92,7 @@ class LoadedTokenizer:
     max_chars_per_word: int
     source: pathlib.Path | None  # what it was loaded from (None when built in memory)
     special: SpecialIds
+    strip_accents: bool  # NFD + delete Mn marks (BERT-uncased's second step)
 
     @property
     def vocab_size(self) -> int:
@@ -92,7 +100,11 @@ class LoadedTokenizer:
 
     def fingerprint(self) -> str:
         """sha256 hex of the vocabulary and settings (format in the module docstring)."""
-        payload = [FINGERPRINT_VERSION, self.lowercase, self.max_chars_per_word, self.vocab]
+        if self.strip_accents == self.lowercase:
+            payload = [FINGERPRINT_VERSION, self.lowercase, self.max_chars_per_word, self.vocab]
+        else:
+            payload = [FINGERPRINT_VERSION_STRIP, self.lowercase, self.strip_accents, self.max_chars_per_word,
+                       self.vocab]
         text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -109,7 +121,7 @@ class LoadedTokenizer:
         """tokenizer.json text for a bulk encoder (nanotoken): the same normalizer,
         pre-tokenizer and model, but no added tokens and no post-processor, so a literal
         "[MASK]" in text is text and no [CLS]/[SEP] are added."""
-        bare = _pipeline(self.vocab, self.lowercase, self.max_chars_per_word)
+        bare = _pipeline(self.vocab, self.lowercase, self.max_chars_per_word, self.strip_accents)
         return bare.to_str()
 
     def save(self, directory) -> list[str]:
@@ -121,10 +133,10 @@ class LoadedTokenizer:
         directory.mkdir(parents=True, exist_ok=True)
         specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                     "cls_token": "[CLS]", "mask_token": "[MASK]"}
-        # What transformers' BertTokenizer reads: do_lower_case drives its normalizer;
-        # strip_accents None means "follow do_lower_case", as here.
+        # What transformers' BertTokenizer reads: it rebuilds its BertNormalizer from
+        # do_lower_case and strip_accents (None would mean "follow do_lower_case").
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
-                  "tokenize_chinese_chars": True, "strip_accents": None,
+                  "tokenize_chinese_chars": True, "strip_accents": self.strip_accents,
                   "model_max_length": 512, "clean_up_tokenization_spaces": False, **specials}
         contents = {
             "vocab.txt": "".join(token + "\n" for token in self.vocab),
@@ -139,9 +151,10 @@ class LoadedTokenizer:
 
 def build_tokenizer(vocab: list[str], lowercase: bool,
                     max_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD,
-                    source=None) -> LoadedTokenizer:
-    """The BERT pipeline over `vocab` (id -> token). Raises BertprepError for an empty
-    vocabulary, duplicate or empty tokens, or a missing special token."""
+                    source=None, strip_accents: bool | None = None) -> LoadedTokenizer:
+    """The BERT pipeline over `vocab` (id -> token); `strip_accents` None follows
+    `lowercase` (Google's convention). Raises BertprepError for an empty vocabulary,
+    duplicate or empty tokens, or a missing special token."""
     where = describe_path(source) if source is not None else "vocabulary"
     vocab = list(vocab)
     _validate_vocab(vocab, where)
@@ -149,7 +162,8 @@ def build_tokenizer(vocab: list[str], lowercase: bool,
         raise BertprepError(f"{where}: max_chars_per_word must be at least 1, got {max_chars_per_word}")
     token_to_id = {token: i for i, token in enumerate(vocab)}
     special = SpecialIds(*(token_to_id[token] for token in SPECIAL_TOKENS))
-    tokenizer = _pipeline(vocab, lowercase, max_chars_per_word)
+    strip_accents = bool(lowercase if strip_accents is None else strip_accents)
+    tokenizer = _pipeline(vocab, lowercase, max_chars_per_word, strip_accents)
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -161,42 +175,66 @@ def build_tokenizer(vocab: list[str], lowercase: bool,
         tokenizer=tokenizer, vocab=vocab, lowercase=bool(lowercase),
         max_chars_per_word=int(max_chars_per_word),
         source=pathlib.Path(source) if source is not None else None, special=special,
+        strip_accents=strip_accents,
     )
 
 
 def load_tokenizer(path, lowercase: bool | None = None,
-                   max_chars_per_word: int | None = None) -> LoadedTokenizer:
+                   max_chars_per_word: int | None = None, strip_accents: bool | None = None) -> LoadedTokenizer:
     """Load a TOKDIR (tokenizer.json and/or vocab.txt), a tokenizer.json or a bare
-    vocab.txt such as Google's. `lowercase`/`max_chars_per_word` override what the files
-    say; for a bare vocab.txt, `lowercase=None` means uncased when no token (other than
-    bracketed specials) has an upper-case letter (`infer_lowercase`)."""
+    vocab.txt such as Google's. `lowercase`/`strip_accents`/`max_chars_per_word` override
+    what the files say; for a bare vocab.txt, `lowercase=None` means uncased when no token
+    (other than bracketed specials) has an upper-case letter (`infer_lowercase`), and
+    accents are stripped exactly when lower-casing (`resolve_strip_accents`)."""
     path = pathlib.Path(path)
     if not path.exists():
         raise BertprepError(f"{describe_path(path)}: no such file or directory")
+    config_casing = (None, None)
     if path.is_dir():
+        # transformers' BertTokenizer rebuilds its normalizer from tokenizer_config.json's
+        # do_lower_case / strip_accents, over what tokenizer.json says: so do we.
+        config_casing = _config_casing(path / "tokenizer_config.json")
         if (path / "tokenizer.json").is_file():
             path = path / "tokenizer.json"
         elif (path / "vocab.txt").is_file():
-            if lowercase is None:
-                lowercase = _config_lowercase(path / "tokenizer_config.json")
             path = path / "vocab.txt"
         else:
             raise BertprepError(f"{describe_path(path)}: directory has no tokenizer.json or vocab.txt")
     text = _read_text(path)
+    file_lowercase, file_strip = config_casing
     # JSON by name, or by content ("{" then more on the line; a vocab.txt line is one token).
     if path.suffix == ".json" or (text.lstrip().startswith("{") and text.lstrip().split("\n", 1)[0] != "{"):
-        vocab, json_lowercase, json_max_chars = _parse_tokenizer_json(text, path)
-        if lowercase is None:
-            lowercase = json_lowercase
+        vocab, (json_lowercase, json_strip), json_max_chars = _parse_tokenizer_json(text, path)
+        if file_lowercase is None:
+            file_lowercase = json_lowercase
+        if file_strip is None and config_casing[1] is None:
+            file_strip = json_strip
         if max_chars_per_word is None:
             max_chars_per_word = json_max_chars
     else:
         vocab = _parse_vocab_txt(text, path)
-    if lowercase is None:
-        lowercase = infer_lowercase(vocab)
+    if file_lowercase is None:
+        file_lowercase = infer_lowercase(vocab)
     if max_chars_per_word is None:
         max_chars_per_word = DEFAULT_MAX_CHARS_PER_WORD
-    return build_tokenizer(vocab, lowercase, max_chars_per_word, source=path)
+    strip = resolve_strip_accents(file_lowercase, file_strip, lowercase, strip_accents)
+    return build_tokenizer(vocab, file_lowercase if lowercase is None else lowercase, max_chars_per_word,
+                           source=path, strip_accents=strip)
+
+
+def resolve_strip_accents(file_lowercase: bool, file_strip: bool | None, lowercase: bool | None = None,
+                          strip_accents: bool | None = None) -> bool:
+    """Accent stripping from what the files say (`file_strip` None: they follow their
+    casing) and the caller's overrides. Overriding only the casing moves stripping with it
+    when the files strip exactly when they lower-case (BERT's convention, a bare
+    vocab.txt): `--cased` on BERT-uncased's files gives BERT-cased; files that chose
+    otherwise (lower-case, accents kept) keep their choice."""
+    if strip_accents is not None:
+        return bool(strip_accents)
+    follows = file_strip is None or file_strip == file_lowercase
+    if follows:
+        return bool(file_lowercase if lowercase is None else lowercase)
+    return bool(file_strip)
 
 
 def infer_lowercase(vocab: list[str]) -> bool:
@@ -208,7 +246,7 @@ def infer_lowercase(vocab: list[str]) -> bool:
     return all(token.lower() == token for token in vocab if not is_bracketed_special(token))
 
 
-def _pipeline(vocab: list[str], lowercase: bool, max_chars_per_word: int) -> Tokenizer:
+def _pipeline(vocab: list[str], lowercase: bool, max_chars_per_word: int, strip_accents: bool) -> Tokenizer:
     """Normalizer, pre-tokenizer, model and decoder; no post-processor, no added tokens."""
     model = models.WordPiece(
         vocab={token: i for i, token in enumerate(vocab)}, unk_token="[UNK]",
@@ -216,7 +254,7 @@ def _pipeline(vocab: list[str], lowercase: bool, max_chars_per_word: int) -> Tok
     )
     tokenizer = Tokenizer(model)
     tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=bool(lowercase),
+        clean_text=True, handle_chinese_chars=True, strip_accents=bool(strip_accents),
         lowercase=bool(lowercase),
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -260,7 +298,7 @@ def _parse_vocab_txt(text: str, path: pathlib.Path) -> list[str]:
     return vocab
 
 
-def _parse_tokenizer_json(text: str, path: pathlib.Path) -> tuple[list[str], bool | None, int]:
+def _parse_tokenizer_json(text: str, path: pathlib.Path) -> tuple[list[str], tuple[bool | None, bool | None], int]:
     where = describe_path(path)
     try:
         data = json.loads(text)
@@ -282,27 +320,33 @@ def _parse_tokenizer_json(text: str, path: pathlib.Path) -> tuple[list[str], boo
             raise BertprepError(f"{where}: vocabulary ids are not 0..{len(vocab) - 1} (token {token!r} has id {i!r})")
         vocab[i] = token
     max_chars = int(model.get("max_input_chars_per_word", DEFAULT_MAX_CHARS_PER_WORD))
-    return vocab, _normalizer_lowercase(data.get("normalizer")), max_chars
+    return vocab, _normalizer_casing(data.get("normalizer")), max_chars
 
 
-def _normalizer_lowercase(normalizer) -> bool | None:
-    """`lowercase` of a BertNormalizer (possibly inside a Sequence); None if absent."""
+def _normalizer_casing(normalizer) -> tuple[bool | None, bool | None]:
+    """(`lowercase`, `strip_accents`) of a BertNormalizer (possibly inside a Sequence);
+    None where absent (strip_accents null: it follows lowercase)."""
     if not isinstance(normalizer, dict):
-        return None
+        return None, None
     if normalizer.get("type") == "BertNormalizer":
-        return bool(normalizer.get("lowercase", True))
+        strip = normalizer.get("strip_accents")
+        return bool(normalizer.get("lowercase", True)), strip if isinstance(strip, bool) else None
     for inner in normalizer.get("normalizers") or []:
-        found = _normalizer_lowercase(inner)
-        if found is not None:
+        found = _normalizer_casing(inner)
+        if found[0] is not None:
             return found
-    return None
+    return None, None
 
 
-def _config_lowercase(config_path: pathlib.Path) -> bool | None:
-    """`do_lower_case` from a transformers tokenizer_config.json, if there is one."""
+def _config_casing(config_path: pathlib.Path) -> tuple[bool | None, bool | None]:
+    """(`do_lower_case`, `strip_accents`) from a transformers tokenizer_config.json, None
+    where it has none (or there is no such file)."""
     try:
-        value = json.loads(config_path.read_text(encoding="utf-8")).get("do_lower_case")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, bool) else None
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(config, dict):
+        return None, None
+    lower, strip = config.get("do_lower_case"), config.get("strip_accents")
+    return lower if isinstance(lower, bool) else None, strip if isinstance(strip, bool) else None
 

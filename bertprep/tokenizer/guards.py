@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 
@@ -19,10 +20,12 @@ import threading
 # White_Space minus the control characters it deletes: \v, \f and U+0085 join their
 # neighbours instead). tests/test_train_tokenizer_guards.py checks this against the normalizer.
 WORD_BOUNDARIES = " \t\n\r\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-# Lower-casing and accent stripping (NFD) make a word at most 3 times longer than its
-# raw characters (a Hangul syllable becomes 3 jamo; measured over every code point with
-# tokenizers 0.23); the cased normalizer never lengthens one.
+# Accent stripping (NFD) makes a word at most 3 times longer than its raw characters (a
+# Hangul syllable becomes 3 jamo; measured over every code point with tokenizers 0.23);
+# lower-casing alone at most twice ("İ" -> "i" + U+0307); the cased normalizer never
+# lengthens one.
 UNCASED_GROWTH = 3
+LOWERCASE_GROWTH = 2
 
 
 class LongWords:
@@ -35,10 +38,13 @@ class LongWords:
     Runs without a long word are kept as written, so ordinary text is untouched.
     """
 
-    def __init__(self, max_chars_per_word: int, lowercase: bool, normalizer, pre_tokenizer):
+    def __init__(self, max_chars_per_word: int, lowercase: bool, normalizer, pre_tokenizer,
+                 strip_accents: bool | None = None):
         self.max_chars = max_chars_per_word
         self.normalizer, self.pre_tokenizer = normalizer, pre_tokenizer
-        shortest = max_chars_per_word // UNCASED_GROWTH if lowercase else max_chars_per_word
+        strip = lowercase if strip_accents is None else strip_accents
+        growth = UNCASED_GROWTH if strip else LOWERCASE_GROWTH if lowercase else 1
+        shortest = max_chars_per_word // growth
         self.candidate = re.compile(f"[^{WORD_BOUNDARIES}]{{{shortest + 1},}}")
         self.dropped = 0
         self.longest = 0
@@ -60,6 +66,42 @@ class LongWords:
         self.longest = max(self.longest, *(len(w) for w in words))
         return " ".join(kept)
 
+    def filter_file(self, path, chunk_chars: int = 1 << 22) -> int | None:
+        """Rewrite the UTF-8 text file `path` without its long words, in chunks cut at line
+        ends (no word spans one). Returns its new size in bytes, or None when it had no
+        long word: then it is only read, never copied."""
+        staged, target, size = f"{path}.filtered", None, 0
+        try:
+            with open(path, encoding="utf-8", errors="replace", newline="") as source:
+                pending = ""
+                while True:
+                    chunk = source.read(chunk_chars)
+                    pending += chunk
+                    cut = len(pending) if not chunk else pending.rfind("\n") + 1
+                    if cut:
+                        piece, pending = pending[:cut], pending[cut:]
+                        kept = self.filter(piece)
+                        if kept is not piece and target is None:
+                            # The first long word: what came before it is copied unchanged.
+                            target = open(staged, "wb")
+                            _copy_prefix(path, target, size)
+                        data = kept.encode("utf-8")
+                        if target is not None:
+                            target.write(data)
+                        size += len(data)
+                    if not chunk:
+                        break
+        except BaseException:
+            if target is not None:
+                target.close()
+                os.remove(staged)
+            raise
+        if target is None:
+            return None
+        target.close()
+        os.replace(staged, path)
+        return size
+
     def warning(self) -> str | None:
         if not self.dropped:
             return None
@@ -67,6 +109,17 @@ class LongWords:
         return (f"left out {self.dropped:,} word{'' if one else 's'} longer than --max-chars-per-word "
                 f"{self.max_chars:,} ({'' if one else 'the longest '}{self.longest:,} characters): "
                 f"{'it encodes' if one else 'they encode'} as [UNK] anyway")
+
+
+def _copy_prefix(path, target, size: int, block: int = 1 << 22) -> None:
+    """Copy the first `size` bytes of the file `path` into the binary stream `target`."""
+    with open(path, "rb") as source:
+        while size > 0:
+            data = source.read(min(block, size))
+            if not data:
+                break
+            target.write(data)
+            size -= len(data)
 
 
 def train_interruptibly(tokenizer, files: list[str], trainer) -> None:

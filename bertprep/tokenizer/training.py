@@ -9,9 +9,10 @@ and a few dozen tokens change between identical runs (LIBRARY-NOTES.md).
 What we do instead (measured: byte-identical vocab.txt across processes, see
 tests/test_train_tokenizer_determinism.py and benchmarks/bench_train_tokenizer.py):
 
-1. Compute the alphabet ourselves: count the characters of the training text, map each
-   through the same normalizer and pre-tokenizer, keep the `limit_alphabet` most frequent
-   (ties: lower code point first), sorted by code point.
+1. Compute the alphabet ourselves (alphabet.py): count the characters of the training
+   text, map each through the same normalizer and pre-tokenizer, keep the most frequent
+   ones covering `character_coverage` of the occurrences, or the `limit_alphabet` most
+   frequent (ties: lower code point first), sorted by code point.
 2. Hand the trainer, as *special tokens*, in that canonical order: [PAD], [unused0..N-1],
    [UNK], [CLS], [SEP], [MASK], every alphabet char, then `##char` for every char that can
    continue a word (punctuation and CJK ideographs never do: the pre-tokenizer isolates
@@ -23,6 +24,10 @@ tests/test_train_tokenizer_determinism.py and benchmarks/bench_train_tokenizer.p
 Size: the trainer stops merging at exactly `vocab_size` entries; it stops earlier when
 no pair reaches `min_frequency` (reported as a shortfall). If the specials and alphabet
 alone exceed `vocab_size`, the rarest alphabet characters are dropped (reported).
+
+Normalisation: lower-casing and accent stripping are separate (scripts.py); accent
+stripping is decided from the training sample's script mix unless given, and reported
+through `on_normalisation` before the trainer starts.
 
 Input: documents are split by content hash into a held-out slice (never trained on; the
 report's [UNK] rate and tokens/word are measured on it) and the training text. With
@@ -44,7 +49,6 @@ excluded by construction; the determinism test would catch it.
 """
 from __future__ import annotations
 
-import collections
 import errno
 import hashlib
 import json
@@ -55,16 +59,18 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
-import numpy as np
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bertprep.corpus import BottomSample
 from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
 from bertprep.tokenizer.files import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
+from bertprep.tokenizer.alphabet import (choose_alphabet, fit_alphabet, nonzero_counts, normalized_char_counts,
+                                         raw_char_counts)
 from bertprep.tokenizer.guards import LongWords, train_interruptibly
+from bertprep.tokenizer.scripts import Normalisation, bert_normalizer, choose_normalisation
 
 REPORT_FILE = "training.json"
 _HASH_SPACE = 1 << 64
@@ -73,9 +79,11 @@ _HASH_SPACE = 1 << 64
 @dataclass
 class TokenizerTrainingConfig:
     vocab_size: int = 30522  # exact size of the result when the corpus supports it
-    lowercase: bool = True  # uncased (lower-case + strip accents) as BERT-uncased
+    lowercase: bool = True  # lower-case the text (BERT-uncased)
+    strip_accents: bool | None = None  # None: auto, from the sample's scripts (scripts.py)
     min_frequency: int = 2  # a merge needs a pair seen at least this often
-    limit_alphabet: int = 1000  # at most this many initial characters (most frequent kept)
+    character_coverage: float = 0.9995  # the alphabet covers this share of character occurrences
+    limit_alphabet: int | None = None  # instead: exactly the N most frequent characters
     unused: int = 0  # reserved [unused0..N-1] slots after [PAD], as Google's vocab
     max_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD  # longer words -> [UNK]
     sample_bytes: int | None = None  # train on a deterministic sample of this many bytes
@@ -87,7 +95,8 @@ class TokenizerTrainingConfig:
         checks = [
             (self.vocab_size >= 1, "--vocab-size: must be positive"),
             (self.min_frequency >= 0, "--min-frequency: cannot be negative"),
-            (self.limit_alphabet >= 1, "--limit-alphabet: must be at least 1"),
+            (self.limit_alphabet is None or self.limit_alphabet >= 1, "--limit-alphabet: must be at least 1"),
+            (0.0 < self.character_coverage <= 1.0, "--character-coverage: must be in (0, 1]"),
             (self.unused >= 0, "--unused: cannot be negative"),
             (self.max_chars_per_word >= 1, "--max-chars-per-word: must be at least 1"),
             (self.sample_bytes is None or self.sample_bytes > 0, "--sample-bytes: must be positive"),
@@ -113,7 +122,8 @@ class TrainingReport:
     requested_vocab_size: int
     shortfall: int  # requested - actual, when the corpus has too few distinct words
     alphabet_size: int  # initial characters kept
-    alphabet_dropped: int  # characters left out by limit_alphabet (or to fit vocab_size)
+    alphabet_dropped: int  # characters left out by the coverage or limit (or to fit vocab_size)
+    alphabet_dropped_share: float  # their share of the character occurrences inside words
     unk_rate: float | None  # [UNK] tokens / all tokens on the measured text
     tokens_per_word: float | None
     heldout_words: int  # words measured (pre-tokenizer words)
@@ -126,6 +136,7 @@ class TrainingReport:
     seconds: float
     fingerprint: str
     out_dir: str
+    normalisation: Normalisation | None = None  # lowercase, strip_accents, why, the script mix
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -134,43 +145,59 @@ class TrainingReport:
 
 
 def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingConfig, out_dir,
-                    overwrite: bool = False, progress: bool = True) -> TrainingReport:
+                    overwrite: bool = False, progress: bool = True,
+                    on_normalisation: Callable[[Normalisation], None] | None = None) -> TrainingReport:
     """Train a WordPiece vocabulary on `documents` (each a list of sentence strings) and
     write a TOKDIR (vocab.txt, tokenizer.json, tokenizer_config.json,
     special_tokens_map.json, training.json). Refuses an existing non-empty `out_dir`
-    unless `overwrite`; writes beside it and renames, so a crash leaves no half TOKDIR."""
+    unless `overwrite`; writes beside it and renames, so a crash leaves no half TOKDIR.
+    `on_normalisation` is called with the normalisation chosen, once the corpus is read
+    and before the trainer starts."""
     started = time.perf_counter()
     out_dir = pathlib.Path(out_dir)
     _check_output(out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work-", dir=out_dir.parent))
     try:
-        normalizer, pre_tokenizer = _normalizer(config.lowercase), pre_tokenizers.BertPreTokenizer()
-        long_words = LongWords(config.max_chars_per_word, config.lowercase, normalizer, pre_tokenizer)
-        split = _split_corpus(documents, config, work, progress, long_words)
-        warnings = list(split.warnings) + ([long_words.warning()] if long_words.dropped else [])
-        char_counts = _normalized_char_counts(split.train_path, normalizer, pre_tokenizer)
-        alphabet, dropped = _choose_alphabet(char_counts, config.limit_alphabet)
-        continuing = [ch for ch in alphabet if _can_continue_word(ch, normalizer, pre_tokenizer)]
-        alphabet, continuing, fit_dropped = _fit_alphabet(alphabet, continuing, char_counts, config)
+        split = _split_corpus(documents, config, work, progress)
+        norm = choose_normalisation(nonzero_counts(raw_char_counts(split.train_path)), config.lowercase,
+                                    config.strip_accents)
+        if on_normalisation is not None:
+            on_normalisation(norm)
+        normalizer, pre_tokenizer = bert_normalizer(norm.lowercase, norm.strip_accents), pre_tokenizers.BertPreTokenizer()
+        # Words too long to encode go before anything is counted (guards.py); held-out
+        # text keeps them, as their [UNK]s count in its [UNK] rate.
+        long_words = LongWords(config.max_chars_per_word, norm.lowercase, normalizer, pre_tokenizer,
+                               strip_accents=norm.strip_accents)
+        filtered = long_words.filter_file(split.train_path)
+        if filtered is not None:
+            split.train_bytes = filtered
+        warnings = list(split.warnings) + norm.warnings + ([long_words.warning()] if long_words.dropped else [])
+        char_counts = normalized_char_counts(raw_char_counts(split.train_path), normalizer, pre_tokenizer)
+        alphabet = choose_alphabet(char_counts, config.character_coverage, config.limit_alphabet,
+                                   normalizer, pre_tokenizer)
+        fit_dropped = fit_alphabet(alphabet, char_counts, config.vocab_size - len(config.initial_specials()))
         if fit_dropped:
-            warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet):,} "
+            warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet.characters):,} "
                             f"initial characters: {fit_dropped:,} rare characters left out (they encode as [UNK])")
-        vocab = _run_trainer(split.train_path, config, alphabet, continuing, normalizer, pre_tokenizer, progress)
+        vocab = _run_trainer(split.train_path, config, alphabet.characters, alphabet.continuing, normalizer,
+                             pre_tokenizer, progress)
         shortfall = config.vocab_size - len(vocab)
         if shortfall > 0:
             warnings.append(f"vocabulary has {len(vocab):,} entries, {shortfall:,} fewer than --vocab-size: "
                             "the corpus has too few distinct words")
-        loaded = build_tokenizer(vocab, config.lowercase, config.max_chars_per_word)
+        loaded = build_tokenizer(vocab, norm.lowercase, config.max_chars_per_word, strip_accents=norm.strip_accents)
         unk_rate, tokens_per_word, words = _measure(loaded, split.measure_path)
         report = TrainingReport(
             vocab_size=len(vocab), requested_vocab_size=config.vocab_size, shortfall=max(shortfall, 0),
-            alphabet_size=len(alphabet), alphabet_dropped=dropped + fit_dropped,
+            alphabet_size=len(alphabet.characters), alphabet_dropped=alphabet.dropped,
+            alphabet_dropped_share=alphabet.dropped_share,
             unk_rate=unk_rate, tokens_per_word=tokens_per_word, heldout_words=words,
             heldout_documents=split.heldout_documents, measured_on=split.measured_on,
             corpus_bytes=split.corpus_bytes, corpus_documents=split.corpus_documents,
             training_bytes=split.train_bytes, training_documents=split.train_documents,
-            seconds=0.0, fingerprint=loaded.fingerprint(), out_dir=str(out_dir), warnings=warnings,
+            seconds=0.0, fingerprint=loaded.fingerprint(), out_dir=str(out_dir), normalisation=norm,
+            warnings=warnings,
         )
         staged = work / "tokdir"
         loaded.save(staged)
@@ -233,11 +260,8 @@ class _Split:
     warnings: list[str] = field(default_factory=list)
 
 
-def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool,
-                  long_words: LongWords) -> _Split:
-    """Stream documents into train.txt (all, or the sample) and heldout.txt. Training text
-    goes without the words too long to encode (LongWords); held-out text keeps them, as
-    [UNK]s count in its [UNK] rate."""
+def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool) -> _Split:
+    """Stream documents into train.txt (all, or the sample) and heldout.txt."""
     heldout_path = work / "heldout.txt"
     train_path = work / "train.txt"
     sampler = BottomSample(work / "sample.txt", config.sample_bytes) if config.sample_bytes else None
@@ -259,9 +283,6 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
                     heldout.write(data)
                     heldout_bytes += len(data)
                 continue
-            kept = long_words.filter(text)
-            if kept is not text:
-                data = kept.encode("utf-8", "replace")
             if sampler is not None:
                 sampler.add(data, int.from_bytes(digest[8:], "little"))
             else:
@@ -274,9 +295,8 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
         raise BertprepError("the corpus is empty: no documents to train on")
     if split.train_bytes == 0:
         # A tiny corpus whose every document hashed into the held-out slice.
-        kept = long_words.filter(heldout_path.read_text(encoding="utf-8")).encode("utf-8")
-        train_path.write_bytes(kept)
-        split.train_path, split.train_bytes = train_path, len(kept)
+        shutil.copyfile(heldout_path, train_path)
+        split.train_path, split.train_bytes = train_path, heldout_path.stat().st_size
         split.train_documents, split.heldout_documents = split.heldout_documents, 0
         split.measured_on = "training"
         split.warnings.append("every document fell in the held-out slice: trained on all of them, "
@@ -289,59 +309,12 @@ def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path
     return split
 
 
-# ---------------------------------------------------------------- alphabet
+# ---------------------------------------------------------------- normaliser
 
 
-def _normalizer(lowercase: bool) -> normalizers.BertNormalizer:
-    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                      strip_accents=lowercase, lowercase=lowercase)
-
-
-def _normalized_char_counts(path: pathlib.Path, normalizer, pre_tokenizer) -> dict[str, int]:
-    """How often each character occurs inside words of the normalized training text.
-
-    BertNormalizer and BertPreTokenizer act on each character alone (NFD, per-char
-    lower-casing, dropping controls, spacing CJK), so we count raw code points with numpy
-    and push each distinct character through the pipeline once.
-    """
-    raw = np.zeros(0x110000, dtype=np.int64)
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        while chunk := handle.read(1 << 22):
-            raw += np.bincount(np.frombuffer(chunk.encode("utf-32-le"), dtype=np.uint32), minlength=0x110000)
-    counts: collections.Counter[str] = collections.Counter()
-    for code_point in np.flatnonzero(raw).tolist():
-        normalized = normalizer.normalize_str(chr(code_point))
-        for word, _ in pre_tokenizer.pre_tokenize_str(normalized):
-            for ch in word:
-                counts[ch] += int(raw[code_point])
-    return dict(counts)
-
-
-def _choose_alphabet(counts: dict[str, int], limit: int) -> tuple[list[str], int]:
-    """The `limit` most frequent characters (ties: lower code point), by code point."""
-    ranked = sorted(counts, key=lambda ch: (-counts[ch], ord(ch)))
-    return sorted(ranked[:limit]), max(len(ranked) - limit, 0)
-
-
-def _can_continue_word(ch: str, normalizer, pre_tokenizer) -> bool:
-    """Whether `ch` can follow a letter inside one word (so "##ch" can ever be used)."""
-    words = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str("a" + ch))
-    return len(words) == 1
-
-
-def _fit_alphabet(alphabet, continuing, counts, config: TokenizerTrainingConfig):
-    """Drop the rarest characters until specials + alphabet + ## forms fit vocab_size."""
-    room = config.vocab_size - len(config.initial_specials())
-    continuing_set = set(continuing)
-    ranked = sorted(alphabet, key=lambda ch: (-counts[ch], ord(ch)))
-    size = len(alphabet) + len(continuing)
-    dropped = 0
-    while size > room:
-        ch = ranked.pop()
-        size -= 2 if ch in continuing_set else 1
-        dropped += 1
-    kept = set(ranked)
-    return [ch for ch in alphabet if ch in kept], [ch for ch in continuing if ch in kept], dropped
+def _normalizer(lowercase: bool, strip_accents: bool | None = None):
+    """BertNormalizer; accents stripped when lower-casing unless told (BERT's convention)."""
+    return bert_normalizer(lowercase, lowercase if strip_accents is None else strip_accents)
 
 
 # ---------------------------------------------------------------- training and measuring
