@@ -16,6 +16,7 @@ from bertmodel.suite.report import summarize
 from bertmodel.suite.runner import duration, eta, option_args, plan_runs
 from bertmodel.suite.spec import point_name
 from finetune_fixtures import sentence, tiny_bert, write_tsv
+from shared_data import SHARED_DATA
 
 TASK = """
 [[task]]
@@ -161,6 +162,32 @@ def test_missing_data_is_one_line_before_anything_runs(tmp_path):
                              f"data dir {tmp_path}; --data-dir points the suite at your copies)\n")
 
 
+@pytest.mark.parametrize("grids, header", [
+    (("", ""), "6 runs (2 tasks, 1 grid point each, 3 seeds)"),
+    (("grid = { lr = [2e-5, 3e-5] }\n", "grid = { lr = [2e-5, 3e-5] }\n"), "12 runs (2 tasks, 2 grid points each, 3 seeds)"),
+    (("grid = { lr = [2e-5, 3e-5], epochs = [2, 3] }\n", ""), "15 runs (2 tasks; grid points: rte 4, mrpc 1; 3 seeds)"),
+])
+def test_the_dry_run_header_counts_grid_points_per_task_not_their_sum(tmp_path, grids, header):
+    path = write_suite(tmp_path, TASK + grids[0] + TASK.replace('"rte"', '"mrpc"') + grids[1])
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / name).write_text("sentence\tlabel\n")
+    result = CliRunner().invoke(main, ["eval-suite", "--model", str(tmp_path), "--suite", str(path), "--out",
+                                       str(tmp_path / "out"), "--data-dir", str(tmp_path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"suite ({path}): {header}; data dir {tmp_path}"
+    assert len(lines) == 1 + int(header.split()[0])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "glue").is_dir(), reason="needs ../shared/data")
+def test_the_shipped_cpu_suite_is_six_tasks_of_one_grid_point_each(tmp_path):
+    result = CliRunner().invoke(main, ["eval-suite", "--model", str(tmp_path), "--suite", "shared-data-cpu",
+                                       "--data-dir", str(SHARED_DATA), "--out", str(tmp_path / "out"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "): 18 runs (6 tasks, 1 grid point each, 3 seeds); data dir " in result.stdout.splitlines()[0]
+
+
 def test_durations():
     assert [duration(s) for s in (12.4, 72, 3599, 7500)] == ["12s", "1m12s", "59m59s", "2h05m"]
     assert [eta(s) for s in (40, 2290, 7500)] == ["40s", "38m", "2h05m"]
@@ -266,7 +293,7 @@ options = {{ text_column = "nope" }}
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
     progress = result.stderr.splitlines()
-    assert progress[0] == f"tiny: 6 runs (2 tasks, 3 grid points, 2 seeds) in {out}"
+    assert progress[0] == f"tiny: 6 runs (2 tasks; grid points: good 2, bad 1; 2 seeds) in {out}"
     assert [line.split(":")[0] for line in progress[1:7]] == [
         "[1/6] good seed 1 lr=0.001", "[2/6] good seed 2 lr=0.001", "[3/6] good seed 1 lr=0.0001",
         "[4/6] good seed 2 lr=0.0001", "[5/6] bad seed 1 default", "[6/6] bad seed 2 default"]
@@ -305,7 +332,8 @@ options = {{ text_column = "nope" }}
     assert {p: p.read_text() for p in logs} == logs
     assert json.loads((out / "results.json").read_text())["tasks"][0]["points"] == good["points"]
     planned = CliRunner().invoke(main, args + ["--dry-run"]).stdout.splitlines()
-    assert planned[0].endswith(f"6 runs (2 tasks, 3 grid points, 2 seeds); data dir {tmp_path}; 4 finished before")
+    assert planned[0].endswith(f"6 runs (2 tasks; grid points: good 2, bad 1; 2 seeds); data dir {tmp_path}; "
+                               "4 finished before")
     assert planned[1].startswith("[1/6] good seed 1 lr=0.001 (finished: skipped): bertmodel finetune classify ")
     bad_argv = ["finetune", "classify", "--model", str(model), "--train", str(tmp_path / "train.tsv"),
                 "--validation", str(tmp_path / "dev.tsv"), "--out", str(out / "bad" / "default" / "seed-2"),
@@ -322,3 +350,52 @@ options = {{ text_column = "nope" }}
     assert changed.exit_code == 1
     assert changed.stderr.splitlines()[-1] == (f"Error: {out / 'good' / 'lr=0.001' / 'seed-1'}: finished with another "
                                                "model than is at the same path now; use a new --out for the new one")
+
+
+@pytest.mark.slow
+def test_out_holds_one_models_runs_and_a_task_subset_keeps_the_other_tasks_results(tmp_path):
+    """Two tasks of one run each, run one --tasks at a time (2 fine-tuning subprocesses),
+    then another model into the same --out: refused before anything runs."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    model, other = tiny_bert(tmp_path / "a"), tiny_bert(tmp_path / "b")
+    rng = random.Random(5)
+    rows = [(i, sentence(rng), "yes" if i % 2 else "no") for i in range(48)]
+    write_tsv(tmp_path / "train.tsv", ("index", "sentence", "label"), rows[:36])
+    write_tsv(tmp_path / "dev.tsv", ("index", "sentence", "label"), rows[36:])
+    tasks = "".join(f"""
+[[task]]
+name = "{name}"
+command = "classify"
+train = "train.tsv"
+validation = "dev.tsv"
+""" for name in ("first", "second"))
+    suite = write_suite(tmp_path, f'seeds = [1]\ndata_dir = "."\n[defaults]\nepochs = 1\nbatch_size = 12\n'
+                                  f'device = "cpu"\n{tasks}')
+    out = tmp_path / "out"
+    args = ["eval-suite", "--suite", str(suite), "--out", str(out)]
+    first = CliRunner().invoke(main, args + ["--model", str(model), "--tasks", "first"])
+    assert first.exit_code == 0, first.output
+    saved = json.loads((out / "results.json").read_text())
+    assert [t["name"] for t in saved["tasks"]] == ["first"]
+    assert json.loads((out / "suite.json").read_text()) == {"model": str(model)}
+
+    # Another task of the same model: its row is added, the first task's stays as it was.
+    second = CliRunner().invoke(main, args + ["--model", str(model), "--tasks", "second"])
+    assert second.exit_code == 0, second.output
+    assert second.stderr.splitlines()[1].startswith("[1/1] second seed 1 default: accuracy 0.")
+    both = json.loads((out / "results.json").read_text())
+    assert [t["name"] for t in both["tasks"]] == ["first", "second"]
+    assert both["tasks"][0] == saved["tasks"][0]
+    assert both["runs"] == 2 and both["average_of"] == 2
+    assert [line.split()[0] for line in second.stdout.splitlines()[2:4]] == ["first", "second"]
+
+    # Another model into the same --out: one line before any run; nothing in OUT changes.
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for extra in ([], ["--dry-run"], ["--tasks", "second"]):
+        refused = CliRunner().invoke(main, args + ["--model", str(other), *extra])
+        assert refused.exit_code == 1
+        assert refused.output == (f"Error: {out}: holds the eval-suite runs of another model ({model}); use a new "
+                                  f"--out for {other}\n")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+

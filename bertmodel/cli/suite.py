@@ -62,8 +62,8 @@ def check_option(command: str, option: str, value) -> str | None:
               "transformers dir, or random:PRESET (with a tokenizer in the suite's defaults).")
 @click.option("--suite", "suite", required=True, help="A suite TOML file, or a shipped suite's name: "
               + ", ".join(shipped_suites()) + ".")
-@click.option("--out", required=True, type=DIR, help="Where every run, its log and the results go; rerun the same "
-              "command to skip finished runs and resume the others.")
+@click.option("--out", required=True, type=DIR, help="Where every run, its log and the results go (one model's); "
+              "rerun the same command to skip finished runs and resume the others.")
 @click.option("--seeds", type=CommaList(int), help="Seeds, comma-separated (e.g. 1,2,3) [default: the suite's].")
 @click.option("--data-dir", type=click.Path(exists=True, file_okay=False), help="Where the suite's relative data "
               "paths point (e.g. your full GLUE) [default: the suite's data_dir, else the current directory].")
@@ -77,9 +77,11 @@ def eval_suite_command(model, suite, out, seeds, data_dir, tasks, dry_run):
     OUT/TASK/POINT/seed-S/ with its log beside it (seed-S.log). Each task's score is the
     mean ± sd over seeds at the grid point with the best mean on validation (the BERT
     paper's selection); the table, OUT/results.json and OUT/results.png (with the `plot`
-    extra) report them and their average, for the tasks and seeds of this invocation. A
-    failed run is named with its log, the others go on, and the exit status is 1 at the
-    end. --dry-run lists the runs and their commands.
+    extra) report them and their average at this invocation's seeds, for every task with
+    a finished run in OUT (--tasks updates its own rows and keeps the others). OUT holds
+    one model's runs: another model is refused before anything runs. A failed run is
+    named with its log, the others go on, and the exit status is 1 at the end.
+    --dry-run lists the runs and their commands.
 
     \b
     Example:

@@ -144,7 +144,8 @@ def eta(seconds: float) -> str:
     return duration(seconds) if seconds < 60 else duration(round(seconds / 60) * 60).removesuffix("00s")
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
+    """`data` as JSON at `path`, written whole then renamed."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -238,7 +239,7 @@ def run_all(runs: list[Run], log: Callable[[str], None]) -> list[dict]:
         if result["status"] == "ok":
             result["argv"] = list(run.argv)
             result["inputs"] = json.loads(run.inputs) if run.inputs else None
-            _write_json(run.record, result)
+            write_json(run.record, result)
             log(f"[{number}/{len(todo)}] {run.label}: {run.task.metric} {result['value']:.4f} ({timing})")
         else:
             why = f" ({result['error']})" if result.get("error") else ""
