@@ -3,13 +3,16 @@ pre-training task (tasks/pretraining.py) on the generic trainer (training/run.py
 
 TrainConfig extends the loop's options (training/options.py) with what pre-training
 adds: shard directories, the model size, held-out shards, the shard check, the
-tokenizer for shard directories that carry none, and the recipe (masking, rate, objective).
+tokenizer for shard directories that carry none, and the recipe (masking, rate or its
+schedule, objective, batch-size warmup, ModernBERT's RoPE bases).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from bertmodel.model.config import ARCHITECTURES, BertConfig, ModernBertConfig, preset_config, vocabulary_ids
+from bertmodel.data.schedules import MaskRateSchedule, parse_batch_warmup, parse_mask_rate_schedule
 from bertmodel.errors import BertmodelError
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training.options import LoopConfig
@@ -45,6 +48,16 @@ class TrainConfig(LoopConfig):
     """Dynamic masking's cap per row; None: the shards' cap scaled with the rate (20 at 0.15 -> 40 at 0.3)."""
     objective: str | None = None
     """"mlm+nsp", "mlm+sop" or "mlm" (no pair head, exports BertForMaskedLM); None: what the shards hold."""
+    mask_rate_schedule: str | None = None
+    """Dynamic masking's rate per step, e.g. "0.3:0.15@80%" or "linear:0.3@0,0.15@100%" (grammar:
+    data/schedules.py); the cap per row fits its highest rate."""
+    batch_size_warmup: str | None = None
+    """"START:TOKENS" (e.g. "768:50B") or "START:Nsteps": the global batch grows linearly in steps from
+    START samples to the full one over the warmup (data/schedules.py); the lr schedule still counts steps."""
+    rope_theta: str | None = None
+    """ModernBERT only: "G" or "G,L", the RoPE base of the global (and local) attention layers, for a
+    fresh model or one from --init-from (context extension: 10,000 -> 160,000); None: the preset's
+    (160,000, 10,000) or --init-from's."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -68,6 +81,38 @@ class TrainConfig(LoopConfig):
                                  "--objective mlm or leave it out")
         if self.init_from and any(v is not None for v in (self.layers, self.hidden, self.heads, self.intermediate)):
             raise BertmodelError("--init-from takes the model size from the checkpoint; drop the size options")
+        if self.mask_rate_schedule is not None:
+            if self.masking == "static":
+                raise BertmodelError("--mask-rate-schedule masks rows afresh at each step's rate, and static shards "
+                                     "have their masks baked in: add --masking dynamic")
+            if self.mask_rate is not None:
+                raise BertmodelError("--mask-rate and --mask-rate-schedule both set the rate; give one")
+            self.mask_rates()
+        if self.batch_size_warmup is not None:
+            parse_batch_warmup(self.batch_size_warmup)
+        if self.rope_theta is not None:
+            if self.architecture == "bert" or (self.architecture is None and not self.init_from):
+                raise BertmodelError("--rope-theta sets ModernBERT's rotary bases; BERT has learned absolute "
+                                     "positions (use --architecture modernbert)")
+            self.rope_thetas()
+
+    def mask_rates(self) -> MaskRateSchedule | None:
+        return parse_mask_rate_schedule(self.mask_rate_schedule, self.max_steps) if self.mask_rate_schedule else None
+
+    def rope_thetas(self) -> dict:
+        """--rope-theta as config fields: global_rope_theta (and local_rope_theta)."""
+        if self.rope_theta is None:
+            return {}
+        parts = str(self.rope_theta).replace("_", "").split(",")
+        try:
+            values = [float(v) for v in parts]
+        except ValueError:
+            values = []
+        if len(parts) not in (1, 2) or len(values) != len(parts) or not all(v > 0 and math.isfinite(v)
+                                                                             for v in values):
+            raise BertmodelError(f"--rope-theta {self.rope_theta!r}: expected G or G,L, positive numbers "
+                                 "(e.g. 160000 or 160000,10000)")
+        return dict(zip(("global_rope_theta", "local_rope_theta"), values))
 
     task_name = "pretraining"  # what a run directory records (tasks' `name`)
 
@@ -77,7 +122,8 @@ class TrainConfig(LoopConfig):
                 + [("--init-from", self.init_from), ("--tokenizer", self.tokenizer)])
 
     def meaningful_options(self) -> tuple[str, ...]:
-        return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective")
+        return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",
+                "mask_rate_schedule", "batch_size_warmup", "rope_theta")
 
     def model_config(self, tokenizer) -> BertConfig | ModernBertConfig:
         """The model a fresh run builds: the preset of the architecture, the size
@@ -85,7 +131,8 @@ class TrainConfig(LoopConfig):
         architecture = self.architecture or "bert"
         return preset_config(architecture, self.preset or "base", num_hidden_layers=self.layers,
                              hidden_size=self.hidden, num_attention_heads=self.heads,
-                             intermediate_size=self.intermediate, **vocabulary_ids(tokenizer, architecture))
+                             intermediate_size=self.intermediate, **vocabulary_ids(tokenizer, architecture),
+                             **self.rope_thetas())
 
 
 def train(cfg: TrainConfig, log=None) -> dict:

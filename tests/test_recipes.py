@@ -1,5 +1,6 @@
 """Pre-training recipes at train time: dynamic masking (bertprep's rules on restored
-rows), other mask rates, MLM alone and SOP, and the checks on what shards can serve."""
+rows), other mask rates and their schedules, MLM alone and SOP, and the checks on what
+shards can serve."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from bertmodel.training import checkpoint as ckpt
 from bertmodel.data import ShardDataset
 from bertmodel.data.recipes import DynamicMasking, masking_vocabulary, restore_originals
+from bertmodel.data.schedules import parse_mask_rate_schedule
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.data.synthetic import build_corpus_shards, small_shard_dir, wiki_to_reference_layout
@@ -195,3 +197,40 @@ def test_an_objective_the_shards_cannot_serve_is_refused_in_one_line(real, tmp_p
 def test_static_masking_refuses_a_mask_rate(small, tmp_path):
     with pytest.raises(BertmodelError, match="--masking dynamic"):
         config(small, tmp_path / "run", mask_rate=0.3)
+
+
+@given(st.lists(st.sampled_from([0.05, 0.1, 0.15, 0.3, 0.5]), min_size=2, max_size=3, unique=True),
+       st.booleans(), st.integers(0, 2**31), st.data())
+@settings(max_examples=8, deadline=None)
+def test_each_phase_of_a_mask_rate_schedule_masks_at_its_rate_80_10_10(real, rates, linear, seed, data):
+    # A schedule over 100 steps, phases starting at drawn steps; a batch of every row at a
+    # drawn step inside each phase is masked at that step's rate (the count formula row
+    # by row, never a special) with the 80/10/10 split, each share within 6 sigma.
+    starts = [0] + sorted(data.draw(st.lists(st.integers(1, 99), min_size=len(rates) - 1, max_size=len(rates) - 1,
+                                             unique=True)))
+    text = ("linear:" if linear else "") + ",".join(f"{r}@{w}" for r, w in zip(rates, starts))
+    schedule = parse_mask_rate_schedule(text, 100)
+    static = dataset(real["nsp"])
+    dyn = DynamicMasking(static, seed, MaskingConfig(64, rates[0]), masking_vocabulary(static.tokenizer), schedule)
+    rows = np.arange(len(static))
+    fixed = static.collate(rows)
+    original = restore_originals(fixed)
+    lengths = fixed["attention_mask"].sum(1)
+    tok = static.tokenizer.special_ids
+    specials = np.isin(original, [tok["cls"], tok["sep"]]) & (fixed["attention_mask"] == 1)
+    for phase, (first, end) in enumerate(zip(starts, starts[1:] + [100])):
+        step = data.draw(st.integers(first, end - 1))
+        rate = schedule(step)
+        # the phase's rate; joined linearly, the straight line between its points
+        assert rate == (rates[phase] if not linear else pytest.approx(np.interp(step, starts, rates), rel=1e-12))
+        arrays = dyn.collate_at(rows, None, step * len(rows), 0, step)
+        assert np.array_equal(restore_originals(arrays), original)
+        count = (arrays["masked_lm_labels"] != -100).sum(1)
+        assert np.array_equal(count, np.minimum(np.minimum(64, np.maximum(1, np.rint(rate * lengths))),
+                                                lengths - specials.sum(1)))
+        chosen = np.take_along_axis(specials, arrays["masked_lm_positions"], 1) & (arrays["masked_lm_labels"] != -100)
+        assert not chosen.any()
+        split = split_counts(arrays, original, tok["mask"])
+        n = sum(split)
+        for k, p in zip(split, (0.8, 0.1, 0.1)):
+            assert abs(k / n - p) < 6 * math.sqrt(p * (1 - p) / n), (rate, split)

@@ -73,6 +73,15 @@ def _opt(name: str, **kwargs):
       "of tokens to predict (e.g. 0.3). Default: the shards' --masked-lm-prob.")
 @_opt("--max-predictions", type=click.IntRange(min=1), help="With --masking dynamic: most predicted positions per "
       "row. Default: the shards' cap scaled with the rate (20 at 0.15 -> 40 at 0.3).")
+@_opt("--mask-rate-schedule", metavar="SCHEDULE", help="With --masking dynamic: the rate per step, e.g. "
+      "0.3:0.15@80% (0.3, then 0.15 from 80% of --max-steps on), 0.3@0,0.15@60%,0.05@90% (phases; @N is step N) or "
+      "linear:0.3@0,0.15@100% (annealed); logged as mask_rate.")
+@_opt("--batch-size-warmup", metavar="START:TOKENS", help="Grow the global batch linearly in steps from START "
+      "samples to --batch-size x --grad-accum x ranks over the first TOKENS tokens (k/M/B/T allowed: 768:50B; a "
+      "sample counts as the shards' sequence length) or steps (768:2000steps); logged as batch_size. The lr "
+      "schedule counts steps.")
+@_opt("--rope-theta", metavar="G[,L]", help="ModernBERT: the RoPE base of the global (and local) layers, for a "
+      "preset or --init-from (context extension: 160000). Default: the preset's 160000,10000 or --init-from's.")
 @_opt("--objective", type=click.Choice(["mlm+nsp", "mlm+sop", "mlm"]), help="mlm+nsp (BERT), mlm+sop (ALBERT; "
       "shards built with --pairs sop) or mlm alone (RoBERTa; exports BertForMaskedLM). Default: what the shards hold.")
 @_opt("--save-every", type=click.IntRange(min=1), help="Checkpoint (and refresh RUN/hf/) every N steps.")

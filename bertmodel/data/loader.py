@@ -162,34 +162,45 @@ class Batch:
 
 
 class BatchLoader:
-    """Micro-batches for one rank from `cursor` on, forever, collated on a background
-    thread (numpy releases the GIL for the big copies) and pinned for a non-blocking
-    copy on CUDA. Sample order does not depend on the thread: batch k is always global
-    samples cursor + k*B*world ... (see SampleOrder). `dataset` is anything with
-    `collate(rows, max_len)` returning the model's arguments as numpy arrays (a task's
-    train set: shards, encoded classification rows, QA windows)."""
+    """Micro-batches for one rank from `cursor` (at optimizer step `step`) on, forever,
+    collated on a background thread (numpy releases the GIL for the big copies) and
+    pinned for a non-blocking copy on CUDA. Sample order does not depend on the thread:
+    batch k is always global samples cursor + k*B*world ... (see SampleOrder), B the
+    micro-batch of its step: `batch_size`, or `batch_sizes.micro_batch(step)` during a
+    batch-size warmup (data/schedules.py), the step advancing every `grad_accum`
+    micro-batches. `dataset` is anything with `collate(rows, max_len)` returning the
+    model's arguments as numpy arrays (a task's train set: shards, encoded classification
+    rows, QA windows), or `collate_at(rows, max_len, first_sample, rank, step)` for
+    batches that depend on their position (dynamic masks)."""
 
     def __init__(self, dataset, order: SampleOrder, batch_size: int, cursor: int,
                  rank: int = 0, world: int = 1, device: torch.device | str = "cpu",
-                 max_len: int | None = None, prefetch: int = 4):
+                 max_len: int | None = None, prefetch: int = 4, step: int = 0, grad_accum: int = 1,
+                 batch_sizes=None):
         self.dataset, self.order = dataset, order
         self.batch_size, self.rank, self.world = batch_size, rank, world
+        self.grad_accum, self.batch_sizes = grad_accum, batch_sizes
         self.device, self.max_len = torch.device(device), max_len
         self.pin = self.device.type == "cuda"
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, args=(cursor,), daemon=True)
+        self._thread = threading.Thread(target=self._work, args=(cursor, step), daemon=True)
         self._thread.start()
 
-    def _work(self, cursor: int) -> None:
+    def _work(self, cursor: int, step: int) -> None:
+        micro = 0
         try:
             while not self._stop.is_set():
-                rows = self.order.rank_rows(cursor, self.batch_size, self.rank, self.world)
+                size = self.batch_size if self.batch_sizes is None else self.batch_sizes.micro_batch(step)
+                rows = self.order.rank_rows(cursor, size, self.rank, self.world)
                 if hasattr(self.dataset, "collate_at"):  # batches that depend on their position (dynamic masks)
-                    arrays = self.dataset.collate_at(rows, self.max_len, cursor, self.rank)
+                    arrays = self.dataset.collate_at(rows, self.max_len, cursor, self.rank, step)
                 else:
                     arrays = self.dataset.collate(rows, self.max_len)
-                cursor += self.batch_size * self.world
+                cursor += size * self.world
+                micro += 1
+                if micro == self.grad_accum:
+                    micro, step = 0, step + 1
                 tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
                 if self.pin:
                     tensors = {k: v.pin_memory() for k, v in tensors.items()}

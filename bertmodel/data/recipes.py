@@ -17,6 +17,7 @@ resumed run (a seek to its cursor) draws the very masks the uninterrupted run dr
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -77,10 +78,13 @@ def default_max_predictions(shard_predictions: int, shard_rate: float, rate: flo
 
 
 class DynamicMasking:
-    """A ShardDataset seen with fresh masks: same rows, same order, new masks per epoch."""
+    """A ShardDataset seen with fresh masks: same rows, same order, new masks per epoch.
+    `rates` (data/schedules.MaskRateSchedule): the masking rate of each optimizer step,
+    in place of config.masked_lm_prob (whose cap, max_predictions_per_seq, then fits the
+    schedule's highest rate)."""
 
-    def __init__(self, dataset, seed: int, config: MaskingConfig, vocab: Vocabulary):
-        self.dataset, self.seed, self.config, self.vocab = dataset, seed, config, vocab
+    def __init__(self, dataset, seed: int, config: MaskingConfig, vocab: Vocabulary, rates=None):
+        self.dataset, self.seed, self.config, self.vocab, self.rates = dataset, seed, config, vocab, rates
         special = dataset.tokenizer.special_ids
         self.specials = np.asarray([special["cls"], special["sep"]], np.int64)
 
@@ -93,16 +97,18 @@ class DynamicMasking:
     def collate(self, rows: np.ndarray, max_len: int | None = None) -> dict[str, np.ndarray]:
         raise BertmodelError("dynamic masking draws from the batch's position: use collate_at")
 
-    def collate_at(self, rows: np.ndarray, max_len: int | None, first_sample: int, rank: int) -> dict:
+    def collate_at(self, rows: np.ndarray, max_len: int | None, first_sample: int, rank: int, step: int = 0) -> dict:
         """collate() of the rows, re-masked; first_sample = global index of the batch's
-        first sample (its epoch follows from it)."""
+        first sample (its epoch follows from it); step: the optimizer step it is for (the
+        rate of a schedule)."""
+        config = self.config if self.rates is None else replace(self.config, masked_lm_prob=self.rates(step))
         arrays = self.dataset.collate(rows, max_len)
         ids = restore_originals(arrays)
         lengths = arrays["attention_mask"].sum(1)
         special = np.isin(ids, self.specials) & (arrays["attention_mask"] == 1)
         epoch = first_sample // len(self.dataset)
         rng = np.random.Generator(np.random.PCG64([self.seed, MASK_STREAM, epoch, first_sample, rank]))
-        masked, positions, labels = mask_padded(ids, lengths, special, self.config, self.vocab, rng)
+        masked, positions, labels = mask_padded(ids, lengths, special, config, self.vocab, rng)
         arrays["input_ids"] = masked
         arrays["masked_lm_positions"] = positions
         arrays["masked_lm_labels"] = np.where(labels < 0, IGNORE_INDEX, labels)

@@ -11,6 +11,8 @@ for MLM alone).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from bertmodel.training import parallel
@@ -18,6 +20,7 @@ from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dic
 from bertmodel.data import ShardDataset, eval_batches
 from bertmodel.data.recipes import (DEFAULT_OBJECTIVE, PAIRING_WORDS, DynamicMasking, default_max_predictions,
                                     masking_vocabulary, objective_for, pairing_of_dir)
+from bertmodel.data.schedules import BatchSchedule, parse_batch_warmup
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
@@ -65,6 +68,9 @@ class PretrainingTask:
         if self.init is not None and cfg.architecture not in (None, kind):
             raise BertmodelError(f"--architecture {cfg.architecture} conflicts with {cfg.init_from}, a {kind} model; "
                                  "--init-from brings its architecture, so drop --architecture")
+        if cfg.rope_theta is not None and kind != "modernbert":
+            raise BertmodelError(f"--rope-theta sets ModernBERT's rotary bases; {cfg.init_from} is a {kind} model "
+                                 "with learned absolute positions")
         if kind == "modernbert":
             # MLM alone, from any shards: a pair row is read as one sequence (its segment
             # ids ignored: the architecture has no segment embeddings).
@@ -73,6 +79,7 @@ class PretrainingTask:
             self.objective = objective_for(cfg.objective, self.shards.dirs)
         self.model_class = head_class(kind, "mlm" if self.objective == "mlm" else "pretraining")
         self.architecture = self.model_class.hf_architecture
+        self.mask_rates = cfg.mask_rates()
         self.train_set = self.shards if cfg.masking == "static" else self._dynamic(self.shards)
         if not self.tokenizer.files:
             # Without tokenizer files RUN/hf would carry none, and AutoTokenizer would
@@ -97,13 +104,34 @@ class PretrainingTask:
     def _dynamic(self, shards: ShardDataset) -> DynamicMasking:
         options = shards.dirs[0].manifest.get("options", {})
         shard_rate = options.get("masked_lm_prob", 0.15)
+        rates = self.mask_rates
         rate = self.cfg.mask_rate or shard_rate
-        cap = self.cfg.max_predictions or default_max_predictions(shards.max_predictions, shard_rate, rate)
+        # A schedule's cap fits its highest rate: the prediction slots keep one width all run.
+        cap = self.cfg.max_predictions or default_max_predictions(shards.max_predictions, shard_rate,
+                                                                  rates.max_rate if rates else rate)
         config = MaskingConfig(cap, rate, bool(options.get("whole_word_mask", False)),
                                bool(options.get("random_from_whole_vocab", False)))
-        self.log(f"dynamic masking: {rate:g} of tokens, at most {cap} per row"
+        what = f"rate {rates.describe()}" if rates else f"{rate:g} of tokens"
+        self.log(f"dynamic masking: {what}; at most {cap} per row"
                  f"{', whole words' if config.whole_word_mask else ''}; objective {self.objective}")
-        return DynamicMasking(shards, self.cfg.seed, config, masking_vocabulary(self.tokenizer))
+        return DynamicMasking(shards, self.cfg.seed, config, masking_vocabulary(self.tokenizer), rates)
+
+    def batch_schedule(self) -> BatchSchedule | None:
+        """The global batch per step under --batch-size-warmup (a warmup in tokens counts
+        each sample as the shards' sequence length), or None."""
+        cfg = self.cfg
+        if cfg.batch_size_warmup is None:
+            return None
+        unit = cfg.grad_accum * self.d.world
+        length = self.shards.max_seq_length
+        schedule = BatchSchedule.build(parse_batch_warmup(cfg.batch_size_warmup), cfg.batch_size * unit, unit, length)
+        self.log(schedule.describe(length))
+        return schedule
+
+    def step_metrics(self, step: int) -> dict:
+        """What metrics.jsonl records of optimizer step `step` (0-based) beyond the loss:
+        the mask rate under a schedule."""
+        return {"mask_rate": self.mask_rates(step)} if self.mask_rates else {}
 
     @property
     def has_eval(self) -> bool:
@@ -183,7 +211,12 @@ class PretrainingTask:
         elif diff := pre.tokenizer.same_as(tok):
             raise BertmodelError(f"{cfg.init_from}: its tokenizer differs from the shards' ({diff})")
         self._check_positions(pre.config)
-        model = self.model_class(pre.config)
+        config = pre.config
+        if cfg.rope_theta is not None:  # context extension: the same weights, a new RoPE base
+            config = dataclasses.replace(config, **cfg.rope_thetas())
+            log(f"RoPE theta: global {pre.config.global_rope_theta:,g} -> {config.global_rope_theta:,g}, local "
+                f"{pre.config.local_rope_theta:,g} -> {config.local_rope_theta:,g}")
+        model = self.model_class(config)
         for note in load_into(model, pre):
             log(note)
         log(f"initialised from {pre.source} ({pre.architecture})")

@@ -116,6 +116,7 @@ class Trainer:
     best: dict | None = None  # {"step", "metric", "value"[, "eval_loss"]} of the model exported to RUN/hf
     inputs: dict | None = None  # what the run trains on (task.inputs()), recorded in every checkpoint
     resumed: dict | None = None  # the checkpoint resumed from: its interval sums and eval_pending are used here
+    batches: "BatchSchedule | None" = None  # noqa: F821 - data.schedules: the global batch per step (a warmup)
 
     def __post_init__(self):
         self.stats = self.task.new_stats(self.d.device)
@@ -264,6 +265,10 @@ class Trainer:
         self.last = {"step": self.step, **summary, "lr": lr, "grad_norm": grad_norm,
                      "samples_per_s": samples / elapsed, "tokens_per_s": tokens / elapsed,
                      "skipped_steps": self.bad_total}
+        if self.batches is not None:  # the logged step's global batch, and the samples consumed so far
+            self.last.update(batch_size=self.batches.global_batch(self.step - 1), samples=self.cursor)
+        if hasattr(self.task, "step_metrics"):  # what the task varies per step (a mask-rate schedule)
+            self.last.update(self.task.step_metrics(self.step - 1))
         if self.peak:
             self.last["mfu"] = flops / elapsed / (self.peak * d.world)
         if self.writer:

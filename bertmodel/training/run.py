@@ -202,8 +202,12 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     autocast = (torch.autocast(d.device.type, dtype=torch.bfloat16) if precision == "bf16"
                 else contextlib.nullcontext())
     order = SampleOrder(rows, cfg.seed)
+    # A batch-size warmup (pre-training): each step's batch from the schedule, so the
+    # cursor after step s is its cumulative sum, and a resume is a seek as without one.
+    batches = task.batch_schedule() if hasattr(task, "batch_schedule") else None
     loader = BatchLoader(task.train_set, order, cfg.batch_size, cursor, d.rank, d.world, d.device,
-                         max_len=config.max_position_embeddings)
+                         max_len=config.max_position_embeddings, step=step, grad_accum=cfg.grad_accum,
+                         batch_sizes=batches)
     # A fresh start (step 0) also drops what a run killed before its first checkpoint wrote.
     writer = _metrics_writer(cfg, run, step) if d.is_main else None
     log(f"model: {format_count(model.num_params())} parameters ({config.num_hidden_layers} layers, hidden "
@@ -212,7 +216,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         f"{f', unpadded ({unpad})' if unpad else ''}")
     trainer = Trainer(cfg, task, d, run, model, train_model, config, optimizer, cfg.lr_schedule(), loader,
                       writer, autocast, log, step=step, cursor=cursor, bad_total=bad_total,
-                      best=(resume or {}).get("best"), inputs=inputs, resumed=resume)
+                      best=(resume or {}).get("best"), inputs=inputs, resumed=resume, batches=batches)
     del resume  # the checkpoint's tensors (model, optimizer) are not held for the whole run
     try:
         with StopSignal() as stop:
