@@ -11,7 +11,7 @@ from bertmodel.demo import DEMO_STEPS
 from bertmodel.model.config import ARCHITECTURES, MODERNBERT_PRESETS, PRESETS
 from bertmodel.train import TrainConfig
 from bertmodel.training.optim import OPTIMIZERS
-from bertprep.cli.kit import user_errors
+from bertprep.cli.kit import progress_option, user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
@@ -105,7 +105,7 @@ def _opt(name: str, **kwargs):
               "the run's (each change is logged) instead of refusing.")
 @click.option("--report-to", multiple=True, type=click.Choice(["none", "tensorboard", "wandb"]),
               help="Also send metrics to TensorBoard (RUN/tensorboard/) or W&B (offline without network); repeatable.")
-@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@progress_option
 @user_errors
 def pretrain(**options):
     """Pre-train BERT or a ModernBERT-style encoder on shard directories; rerun the same

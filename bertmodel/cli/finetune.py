@@ -10,7 +10,7 @@ import click
 
 from bertmodel.cli.group import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.finetune import FinetuneConfig
-from bertprep.cli.kit import OneLineErrors, user_errors
+from bertprep.cli.kit import OneLineErrors, progress_option, user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
 NO_ANSWER = "(no answer)"  # how predict shows SQuAD v2.0's empty answer on the command line
@@ -169,7 +169,7 @@ def training_options(task: str):
         click.option("--allow-changed-options", is_flag=True, help="On resume, continue with changed options (logged)."),
         click.option("--report-to", multiple=True, type=click.Choice(["none", "tensorboard", "wandb"]),
                      help="Also send metrics to TensorBoard or W&B; repeatable."),
-        click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."),
+        progress_option,
     ])
 
 
@@ -323,8 +323,9 @@ def choice(**options):
 @unpad_option
 @click.option("--overwrite", is_flag=True, help="Replace the prediction files an earlier evaluation left in --out.")
 @data_options(None, defaults=False)
+@progress_option
 @user_errors
-def evaluate(run, data, out, device, unpad, overwrite, **options):
+def evaluate(run, data, out, device, unpad, overwrite, progress, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
@@ -336,11 +337,13 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
       bertmodel evaluate rte/ --data RTE/dev.tsv
     """
     from bertmodel.evaluation import evaluate_model
+    from bertmodel.tasks.finetuning import pass_progress
 
     if data:
         options["validation"] = data
         options["dataset"] = None
-    metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite)
+    with pass_progress(progress, "eval"):
+        metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite)
     click.echo(json.dumps(metrics, sort_keys=True))
     if not metrics:
         click.echo(f"no labels in {data or 'the validation data'}: predictions written, no metrics computed",
@@ -363,8 +366,9 @@ def evaluate(run, data, out, device, unpad, overwrite, **options):
 @click.option("--context", help="The context to find its answer in (QA models).")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @unpad_option
+@progress_option
 @user_errors
-def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad):
+def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad, progress):
     """Labels with probabilities for texts (a token classifier: each text's entities, a
     JSON line per text), or the answer to --question in --context; or a JSON line for
     each record of --file.
@@ -377,6 +381,7 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
       bertmodel predict rte/ --file RTE/test.tsv --out rte-test.jsonl
     """
     from bertmodel.evaluation import predict_answers, predict_file, predict_texts, write_predictions
+    from bertmodel.tasks.finetuning import pass_progress
 
     def warn(message: str) -> None:
         click.echo(f"warning: {message}", err=True)
@@ -386,7 +391,8 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
     if out and not file:
         raise click.UsageError("--out goes with --file")
     if file:
-        records = predict_file(run, file, device=device, unpad=unpad, warn=warn)
+        with pass_progress(progress, "predict"):
+            records = predict_file(run, file, device=device, unpad=unpad, warn=warn)
         if out:
             write_predictions(out, records, overwrite=overwrite)
             click.echo(f"predictions: {out} ({len(records):,} records)", err=True)

@@ -12,7 +12,7 @@ from bertmodel.cli.finetune import finetune as finetune_group
 from bertmodel.cli.group import CONTEXT_SETTINGS, DIR, main
 from bertmodel.suite import SuiteConfig, eval_suite, format_table, plan_lines, shipped_suites
 from bertmodel.suite.spec import check_finetune_field
-from bertprep.cli.kit import user_errors
+from bertprep.cli.kit import progress_option, user_errors
 
 
 class CommaList(click.ParamType):
@@ -69,8 +69,9 @@ def check_option(command: str, option: str, value) -> str | None:
               "paths point (e.g. your full GLUE) [default: the suite's data_dir, else the current directory].")
 @click.option("--tasks", type=CommaList(), help="Run only these tasks, comma-separated (e.g. rte,mrpc).")
 @click.option("--dry-run", is_flag=True, help="Print the runs and their commands; run nothing.")
+@progress_option
 @user_errors
-def eval_suite_command(model, suite, out, seeds, data_dir, tasks, dry_run):
+def eval_suite_command(model, suite, out, seeds, data_dir, tasks, dry_run, progress):
     """Score a checkpoint on a suite of fine-tuning tasks over a grid and several seeds.
 
     Every task x grid point x seed is an ordinary `bertmodel finetune` run in
@@ -88,7 +89,8 @@ def eval_suite_command(model, suite, out, seeds, data_dir, tasks, dry_run):
       bertmodel eval-suite --model run/hf --suite shared-data-cpu --data-dir ../shared/data --out suite/
       bertmodel eval-suite --model run/hf --suite my-glue.toml --tasks rte,mrpc --seeds 1,2 --out glue/
     """
-    cfg = SuiteConfig(model=model, suite=suite, out=out, seeds=seeds, data_dir=data_dir, tasks=tasks)
+    cfg = SuiteConfig(model=model, suite=suite, out=out, seeds=seeds, data_dir=data_dir, tasks=tasks,
+                      progress=progress)
     if dry_run:
         for line in plan_lines(cfg, check_option):
             click.echo(line)

@@ -37,6 +37,8 @@ class SuiteConfig:
     the current directory."""
     tasks: list[str] | None = None
     """Run only these tasks (default: all)."""
+    progress: bool = True
+    """A line per finished run (its score, time and the suite's ETA); a failed run is named either way."""
 
 
 OWNER_FILE = "suite.json"  # OUT/suite.json: {"model": the model whose runs OUT holds}
@@ -160,7 +162,7 @@ def eval_suite(cfg: SuiteConfig, log: Callable[[str], None], check_option: Optio
     plan.out.mkdir(parents=True, exist_ok=True)
     write_out_model(plan.out, plan.model)
     log(f"{plan.suite.name}: {_counts(plan.suite, plan.runs)} in {plan.out}")
-    results = run_all(plan.runs, log)
+    results = run_all(plan.runs, log, progress=cfg.progress)
     shown = {t.name for t in plan.suite.tasks} | {record["task"] for record in kept}
     suite = dataclasses.replace(plan.whole, tasks=[t for t in plan.whole.tasks if t.name in shown])
     summary = summarize(suite, results + kept, model=plan.model, data_dir=plan.data_dir,

@@ -219,9 +219,10 @@ def outcome(run: Run, code: int, seconds: float) -> dict:
     return result
 
 
-def run_all(runs: list[Run], log: Callable[[str], None]) -> list[dict]:
-    """Run every unfinished run (progress and failures one line each through `log`) and
-    return every run's result, finished ones read back from their records."""
+def run_all(runs: list[Run], log: Callable[[str], None], progress: bool = True) -> list[dict]:
+    """Run every unfinished run (failures, and with `progress` each finished run, one line
+    each through `log`) and return every run's result, finished ones read back from their
+    records."""
     records = [finished(run) for run in runs]
     todo = [i for i, record in enumerate(records) if record is None]
     if len(todo) < len(runs):
@@ -240,7 +241,8 @@ def run_all(runs: list[Run], log: Callable[[str], None]) -> list[dict]:
             result["argv"] = list(run.argv)
             result["inputs"] = json.loads(run.inputs) if run.inputs else None
             write_json(run.record, result)
-            log(f"[{number}/{len(todo)}] {run.label}: {run.task.metric} {result['value']:.4f} ({timing})")
+            if progress:
+                log(f"[{number}/{len(todo)}] {run.label}: {run.task.metric} {result['value']:.4f} ({timing})")
         else:
             why = f" ({result['error']})" if result.get("error") else ""
             log(f"[{number}/{len(todo)}] {run.label}: failed (exit {code}; {timing}): see {run.log}{why}")

@@ -1,4 +1,5 @@
-"""What both command lines share: one-line errors and the context settings.
+"""What both command lines share: one-line errors, the progress option and the context
+settings.
 
 A library error (`BertprepError`, and bertmodel's subclass) or an OSError that escapes
 the library becomes one line on stderr and exit 1; a usage error one line and exit 2.
@@ -39,6 +40,14 @@ def describe_os_error(exc: OSError) -> str:
     """"PATH: No space left on device" (the file first, as every error names it)."""
     reason = exc.strerror or str(exc) or type(exc).__name__
     return f"{exc.filename}: {reason}" if exc.filename is not None else reason
+
+
+def progress_option(fn):
+    """--progress/--no-progress, and -q/--quiet for --no-progress: the one progress option
+    of every long command of both CLIs (the command gets `progress`, a bool)."""
+    return click.option("--progress/--no-progress", " /-q", " /--quiet", "progress", default=True, show_default=True,
+                        help="Show progress on stderr: a bar on a terminal, a line every 30 s in a log. -q and "
+                             "--quiet are --no-progress.")(fn)
 
 
 class _OneLineUsageError(click.ClickException):

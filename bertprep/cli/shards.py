@@ -6,7 +6,7 @@ import json
 import click
 
 from bertprep.builder import SHARD_ROWS, BuildConfig, build_shards, default_shard_rows
-from bertprep.cli.kit import user_errors
+from bertprep.cli.kit import progress_option, user_errors
 from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options, size_text
 from bertprep.corpus import plural
 from bertprep.executors import default_workers
@@ -39,9 +39,9 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--ray-address", default=None, metavar="auto|HOST:PORT", help="With --executor ray: join this cluster (auto = the one this node belongs to) [default: start a local Ray of --workers CPUs for the run].")
 @click.option("--engine", type=click.Choice(["auto", "nanotoken", "tokenizers"]), default="auto", show_default=True, help="Bulk encoder; nanotoken output is spot-checked against tokenizers. Does not change the output.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT (only once the new build is complete).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@progress_option
 @user_errors
-def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, tokenizer_path, out, workers, overwrite, quiet, **options):
+def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, tokenizer_path, out, workers, overwrite, progress, **options):
     """Build masked next-sentence-prediction pairs (or --pairs sop|none) into Arrow shards.
 
     Reads INPUT... (text with a sentence per line and a blank line between documents,
@@ -57,7 +57,7 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     """
     spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences, document_separator)
     config = BuildConfig(workers=workers if workers is not None else default_workers(), **options)
-    result = build_shards(spec, tokenizer_path, out, config, overwrite=overwrite, progress=not quiet)
+    result = build_shards(spec, tokenizer_path, out, config, overwrite=overwrite, progress=progress)
     m = result.manifest
     if result.already_complete:
         click.echo(f"{result.out}: already complete ({m['totals']['rows']:,} rows from the same inputs, options, seed "

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from bertprep.cli.kit import user_errors
+from bertprep.cli.kit import progress_option, user_errors
 from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options
 from bertprep.corpus import ReadStats, format_size, iter_documents, plural
 from bertprep.corpus import decode_utf8
@@ -49,13 +49,13 @@ ENCODE_BATCH_LINES = 4096
               default=DEFAULTS.heldout_fraction, show_default=True,
               help="Share of documents (chosen by content hash) kept out of training to measure [UNK] rate.")
 @click.option("--overwrite", is_flag=True, help="Replace TOKDIR if it exists and is not empty.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@progress_option
 @user_errors
 def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences,
                             document_separator, out_dir,
                             vocab_size, lowercase, strip_accents, min_frequency, character_coverage,
                             limit_alphabet, unused, max_chars_per_word, sample_bytes, heldout_fraction,
-                            overwrite, quiet):
+                            overwrite, progress):
     """Train a BERT WordPiece vocabulary on INPUT... and write it to TOKDIR.
 
     Training is deterministic: the same corpus and options give byte-identical files.
@@ -87,7 +87,7 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
             click.echo(line)
 
     report = train_tokenizer(iter_documents(spec, stats), config, out_dir, overwrite=overwrite,
-                             progress=not quiet, on_normalisation=read_and_decided)
+                             progress=progress, on_normalisation=read_and_decided)
     if report.training_bytes != report.corpus_bytes:
         click.echo(f"trained on {format_size(report.training_bytes)} "
                    f"({report.training_documents:,} documents)")
