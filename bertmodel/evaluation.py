@@ -35,9 +35,11 @@ def model_dir(path) -> Path:
     return path
 
 
-def _setup(model, options: dict, device: str, read_validation: bool = True, unpad: str = "auto"):
+def _setup(model, options: dict, device: str, read_validation: bool = True, unpad: str = "auto", log=None,
+           allow_unknown_tags: bool = False):
     """(task object, model on device, device) for a fine-tuned model and data options;
-    `unpad` as the fine-tuning option (auto: what measured faster on the device)."""
+    `unpad` as the fine-tuning option (auto: what measured faster on the device); `log`
+    hears what the task reports of the data (lines as training logs them)."""
     from bertmodel.model.unpad import resolve as resolve_unpad
     from bertmodel.model.unpad import set_unpad
 
@@ -60,7 +62,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     fields = {k: v for k, v in saved.items() if k in FinetuneConfig.__dataclass_fields__}
     cfg = FinetuneConfig(task=task_name, model=str(directory), out=str(directory), **fields)
     d = parallel.Dist(device=torch.device(parallel.resolve_device(device)))
-    log = lambda *a: None  # noqa: E731
+    log = log or (lambda *a: None)
     if task_name == "qa":
         from bertmodel.tasks.qa import QATask
 
@@ -75,7 +77,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
         else:  # a transformers token classifier: its id2label is the tag set
             names = tuple(source_labels(pre) or ())
             tags = TagSet(names, any(n[:2] in ("B-", "I-", "E-", "S-") for n in names))
-        task = TokenClassificationTask(cfg, d, log, tag_set=tags)
+        task = TokenClassificationTask(cfg, d, log, tag_set=tags, allow_unknown_tags=allow_unknown_tags)
         net = task.model_class(pre.config, len(tags.tags))
     elif task_name == "choice":
         from bertmodel.tasks.choice import MultipleChoiceTask
@@ -102,13 +104,17 @@ PREDICTION_FILES = {"classify": ("predictions.jsonl",), "qa": ("predictions.json
 
 
 def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpad: str = "auto",
-                   overwrite: bool = False) -> tuple[dict, list[Path]]:
+                   overwrite: bool = False, log=None, allow_unknown_tags: bool = False) -> tuple[dict, list[Path]]:
     """The task's metrics on the validation data (0-100 for SQuAD, as the official script)
     and the prediction files written into out_dir (default: the model's run dir); no
     metrics ({}) for classification data without its label column. Files
     an earlier evaluation left there are replaced only with `overwrite`, and that is
-    checked before any work: they may be another data set's predictions."""
-    task, net, d = _setup(model, options, device, unpad=unpad)
+    checked before any work: they may be another data set's predictions. `log` hears
+    what was read and how it was fitted to --max-seq-length (truncated rows, sentences
+    split into windows), as training reports it. Gold tags a token classifier does not
+    know are refused unless `allow_unknown_tags` (then they count as missed, and no
+    loss is reported)."""
+    task, net, d = _setup(model, options, device, unpad=unpad, log=log, allow_unknown_tags=allow_unknown_tags)
     if task.validation is None:
         raise BertmodelError(f"{model}: no evaluation data; pass --data FILE (or --dataset NAME)")
     out_dir = Path(out_dir) if out_dir else Path(model)
@@ -136,10 +142,13 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
 
 
 def predict_texts(model, texts: list[str], pairs: list[str] | None = None, device: str = "cpu",
-                  unpad: str = "auto", warn=None) -> list[dict]:
-    """Label and probabilities for each text (pair) with a fine-tuned classifier;
-    `warn(message)` hears of pairs given to a model trained on single texts, or the reverse."""
-    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
+                  unpad: str = "auto", warn=None, max_seq_length: int | None = None) -> list[dict]:
+    """Label and probabilities for each text (pair) with a fine-tuned classifier, or a
+    token classifier's entities; `warn(message)` hears of pairs given to a model trained
+    on single texts (or the reverse), and of texts longer than `max_seq_length` (default:
+    the run's; at most the model's positions): truncated by a classifier, read in windows
+    by a token classifier."""
+    task, net, d = _setup(model, {"max_seq_length": max_seq_length}, device, read_validation=False, unpad=unpad)
     if _is_qa(task):
         raise BertmodelError(f"{model}: a question-answering model; pass --question and --context")
     if _is_choice(task):
@@ -148,19 +157,21 @@ def predict_texts(model, texts: list[str], pairs: list[str] | None = None, devic
         if pairs:
             raise BertmodelError(f"{model}: a token classifier labels the words of single texts; --pair does not "
                                  "apply")
-        return [{"text": t, "entities": e} for t, e in zip(texts, task.predict_entities(net, texts, d.device))]
+        return [{"text": t, "entities": e} for t, e in zip(texts, task.predict_entities(net, texts, d.device,
+                                                                                           warn=warn))]
     _check_pairing(model, task, pairs is not None, warn, "pass --pair for each text")
-    return _classify(task, net, d, texts, pairs)
+    return _classify(task, net, d, texts, pairs, warn)
 
 
 def predict_answers(model, questions: list[str], contexts: list[str], device: str = "cpu",
-                    unpad: str = "auto") -> list[dict]:
+                    unpad: str = "auto", max_seq_length: int | None = None) -> list[dict]:
     """The predicted answer span ("" for no answer, SQuAD v2.0) and its probability among
     the n-best for each question (`unpad` is accepted for symmetry: QA always runs padded,
-    see model/unpad.py)."""
+    see model/unpad.py; a context longer than `max_seq_length` is read in windows, as
+    evaluation reads it)."""
     from bertmodel.data.squad import SquadExample
 
-    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
+    task, net, d = _setup(model, {"max_seq_length": max_seq_length}, device, read_validation=False, unpad=unpad)
     if _is_choice(task):
         raise BertmodelError(_CHOICE_NEEDS_FILE.format(model=model))
     if not _is_qa(task):
@@ -170,24 +181,26 @@ def predict_answers(model, questions: list[str], contexts: list[str], device: st
     return _answer(task, net, d, examples)
 
 
-def predict_file(model, path, device: str = "cpu", unpad: str = "auto", warn=None) -> list[dict]:
+def predict_file(model, path, device: str = "cpu", unpad: str = "auto", warn=None,
+                 max_seq_length: int | None = None) -> list[dict]:
     """One prediction record per record of `path` (JSONL, CSV, TSV, Parquet, a save_to_disk
     dir; for QA also SQuAD JSON, answers optional), in order: predict_texts' records for a
     classifier (text in the run's --text-column, or "text"; its pair in the run's
     --text-pair-column, or "text_pair"), predict_answers' for a QA model ("question",
-    "context"; "id", when the file has one, goes first in each record)."""
-    task, net, d = _setup(model, {}, device, read_validation=False, unpad=unpad)
+    "context"; "id", when the file has one, goes first in each record). `warn` and
+    `max_seq_length` as predict_texts'."""
+    task, net, d = _setup(model, {"max_seq_length": max_seq_length}, device, read_validation=False, unpad=unpad)
     if _is_qa(task):
         examples, ids = _read_questions(path)
         records = _answer(task, net, d, examples)
         return records if ids is None else [{"id": i, **r} for i, r in zip(ids, records)]
     if _is_tokens(task):
-        return _tag_file(task, net, d, path)
+        return _tag_file(task, net, d, path, warn)
     if _is_choice(task):  # the run's context, question, choices (and label, as "gold") columns
-        return task.predict_table(net, d, _open_table(path, header=not task.cfg.no_header))
+        return task.predict_table(net, d, _open_table(path, header=not task.cfg.no_header), warn)
     texts, pairs, pair_column = _read_texts(task, path)
     _check_pairing(model, task, pairs is not None, warn, f"{path} has no {pair_column!r} column")
-    return _classify(task, net, d, texts, pairs)
+    return _classify(task, net, d, texts, pairs, warn)
 
 
 def write_predictions(path, records: list[dict], overwrite: bool = False) -> None:
@@ -208,7 +221,7 @@ def _is_tokens(task) -> bool:
     return task.name == "token_classification"
 
 
-def _tag_file(task, net, d, path) -> list[dict]:
+def _tag_file(task, net, d, path, warn=None) -> list[dict]:
     """A token classifier's records for a file: sentences of given words (CoNLL text, or
     the run's tokens column) get a tag per word; a table with a "text" column gets the
     entities of each text."""
@@ -223,10 +236,11 @@ def _tag_file(task, net, d, path) -> list[dict]:
                 raise BertmodelError(f"{path}: no {task.cfg.tokens_column!r} column of word lists and no 'text' "
                                      "column; give texts in 'text', or words as CoNLL lines or JSONL lists")
             texts = table.texts("text", blank_ok=True)
-            return [{"text": t, "entities": e} for t, e in zip(texts, task.predict_entities(net, texts, d.device))]
+            return [{"text": t, "entities": e}
+                    for t, e in zip(texts, task.predict_entities(net, texts, d.device, warn=warn))]
     data = read_tagged(path, tokens_column=task.cfg.tokens_column, tags_column=task.cfg.tags_column,
                        tags_required=False, tag_names=task.tags.tags)
-    records = task.predict_sentences(net, data.words, d.device)
+    records = task.predict_sentences(net, data.words, d.device, warn)
     if data.tags is not None:
         for record, gold in zip(records, data.tags):
             record["gold"] = gold
@@ -254,11 +268,14 @@ def _check_pairing(model, task, given_pairs: bool, warn, hint: str) -> None:
              "segment it never saw mean little")
 
 
-def _classify(task, net, d, texts: list[str], pairs: list[str] | None) -> list[dict]:
-    from bertmodel.data.classification import encode_texts
+def _classify(task, net, d, texts: list[str], pairs: list[str] | None, warn=None) -> list[dict]:
+    from bertmodel.data.classification import encode_texts, truncation_warning
     from bertmodel.tasks.classification import EncodedSet
 
     encoded = EncodedSet(encode_texts(task.tok, texts, pairs, task.cfg.max_seq_length), task.pad, task.multiple)
+    if warn is not None and encoded.encoded.truncated:
+        warn(truncation_warning(len(texts), "pair" if pairs else "text", encoded.encoded.fit_note(),
+                                task.cfg.max_seq_length, task.pre.config.max_position_embeddings))
     logits = torch.from_numpy(task.predict(net, encoded, d.device, contextlib.nullcontext(),
                                            task.cfg.eval_batch_size))
     inputs = [{"text": t} if pairs is None else {"text": t, "text_pair": pair}

@@ -200,6 +200,10 @@ class EncodedChoices:
     def max_seq_length(self) -> int:
         return self.sequences.max_seq_length
 
+    def fit_note(self) -> str:
+        """What fitting the choices to max_seq_length did, as training and evaluation report it."""
+        return f"{self.truncated:,} with a choice truncated to {self.max_seq_length} tokens"
+
 
 def encode_choices(tokenizer, examples: ChoiceExamples, max_seq_length: int = 128,
                    engine: str = "auto") -> EncodedChoices:

@@ -47,6 +47,10 @@ class EncodedExamples:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def fit_note(self) -> str:
+        """What fitting the rows to max_seq_length did, as training and evaluation report it."""
+        return f"{self.truncated:,} truncated to {self.max_seq_length} tokens"
+
     @property
     def lengths(self) -> np.ndarray:
         """(N,) int64 tokens per row, special tokens included."""
@@ -56,6 +60,15 @@ class EncodedExamples:
         """(input_ids, token_type_ids) of row i."""
         lo, hi = self.offsets[i], self.offsets[i + 1]
         return self.input_ids[lo:hi], self.token_type_ids[lo:hi]
+
+
+def truncation_warning(count: int, noun: str, fit_note: str, max_seq_length: int, positions: int) -> str:
+    """What prediction says of `count` inputs (`noun`s) some of which were cut to
+    max_seq_length (`fit_note`: the encoded data's own account), and how far a model of
+    `positions` positions reads."""
+    more = (f"--max-seq-length up to the model's {positions:,} positions reads more" if max_seq_length < positions
+            else f"the model reads at most {positions:,} tokens")
+    return f"{count:,} {noun}{'s' if count != 1 else ''} read ({fit_note}; the rest of each is not read); {more}"
 
 
 def as_tokenizer(tokenizer) -> LoadedTokenizer:

@@ -5,7 +5,9 @@ CoNLL layout: a word per line, its tag in the last whitespace-separated column (
 other columns, such as CoNLL-2003's POS and chunk tags, are ignored), a line that is
 blank after stripping between sentences (WNUT-17 has lines holding a lone TAB there),
 `-DOCSTART-` lines skipped. A file whose lines all have a single column is untagged
-(words only, for prediction).
+(words only, for prediction). A last column of numbers is refused (a score or weight
+column after the tags, `word tag 1.0`, would be read as the tags); integers alone in a
+second column are plain labels.
 
 Tables (JSONL, Parquet, a save_to_disk dir, a hub dataset): a column of word lists and
 one of tag lists, the tags strings, or integer ids with the dataset's ClassLabel names
@@ -31,6 +33,8 @@ from bertmodel.eval.entities import detect_scheme, to_iob2
 TABLE_SUFFIXES = {suffix for suffix, fmt in SUFFIX_FORMATS.items() if fmt in ("jsonl", "parquet")}
 DEFAULT_TAG_COLUMNS = ("tags", "ner_tags")  # what --tags-column is when not given, in order
 ENTITY_TAG = re.compile(r"O|[BIESLU]-.+")
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+INTEGER = re.compile(r"[-+]?\d+")
 
 
 @dataclass
@@ -90,6 +94,7 @@ def read_conll(path: Path, tags_required: bool = True) -> TaggedSentences:
     tags: list[list[str]] = []
     starts: list[int] = []
     columns: dict[int, int] = {}  # fields per line -> first line with that many (tagged or not)
+    widest = 0  # the most fields on a line
     sentence_words: list[str] = []
     sentence_tags: list[str] = []
 
@@ -109,6 +114,7 @@ def read_conll(path: Path, tags_required: bool = True) -> TaggedSentences:
             close()
             continue
         columns.setdefault(min(len(fields), 2), number)
+        widest = max(widest, len(fields))
         if not sentence_words:
             starts.append(number)
         sentence_words.append(fields[0])
@@ -123,7 +129,23 @@ def read_conll(path: Path, tags_required: bool = True) -> TaggedSentences:
     if not tagged and tags_required:
         raise BertmodelError(f"{path}: no tags (each line holds only a word); training and evaluation need the "
                              "tag in the last column")
+    if tagged:
+        _refuse_numeric_tags(path, tags, columns[2], widest)
     return TaggedSentences(words, tags if tagged else None, str(path), np.asarray(starts, np.int64))
+
+
+def _refuse_numeric_tags(path: Path, tags: list[list[str]], first_line: int, widest: int) -> None:
+    """A last column of numbers is not tags (CoNLL readers take the last column, so a
+    score after the tag, `word tag 1.0`, would be learnt or scored as the tags). Integers
+    in a second and last column stay plain labels (ids given as text)."""
+    seen = {t for sentence in tags for t in sentence}
+    if not all(NUMBER.fullmatch(t) for t in seen):
+        return
+    if widest < 3 and all(INTEGER.fullmatch(t) for t in seen):
+        return
+    shown = ", ".join(sorted(seen)[:3]) + (", ..." if len(seen) > 3 else "")
+    raise BertmodelError(f"{path}: line {first_line}: the last column holds numbers ({shown}), not tags; the tag is "
+                         "read from the last column: put it last (or drop the columns after it)")
 
 
 def _from_table(table: Table, tokens_column: str, tags_column: str | None, tags_required: bool,

@@ -42,6 +42,13 @@ class WordWindows:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def fit_note(self) -> str:
+        """What fitting the sentences to max_seq_length did, as training and evaluation
+        report it."""
+        split = self.split_sentences
+        return (f"{len(self):,} window{'s' if len(self) != 1 else ''} of up to {self.max_seq_length} tokens, "
+                f"{split:,} sentence{'s' if split != 1 else ''} split into windows")
+
     def collate(self, rows, pad_id: int = 0, pad_multiple: int = PAD_MULTIPLE) -> dict[str, np.ndarray]:
         """Windows `rows` padded to the longest (rounded up to pad_multiple, never past
         max_seq_length): input_ids, token_type_ids (all 0), attention_mask and, when

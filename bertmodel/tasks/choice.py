@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from bertmodel.data.choice import ChoiceExamples, EncodedChoices, encode_choices, pad_choices, read_choices
+from bertmodel.data.classification import truncation_warning
 from bertmodel.data.tables import Table, open_hub_table, open_table
 from bertmodel.errors import BertmodelError
 from bertmodel.model import HeadModel
@@ -86,11 +87,13 @@ class MultipleChoiceTask(FinetuningTask):
         self.validation_texts = validation
         self.validation = None if validation is None else ChoiceSet(self.encode(validation), self.pad,
                                                                     self.multiple)
+        seen = (f"{len(validation):,} examples from {validation.source} ({validation.num_choices} choices; "
+                f"{self.validation.encoded.fit_note()})" if validation is not None else "")
         if train is not None:
             log(f"train: {len(train):,} examples from {train.source} ({train.num_choices} choices; "
-                f"{self.train_set.encoded.truncated:,} with a choice truncated to {cfg.max_seq_length} tokens)"
-                + (f"; validation: {len(validation):,} from {validation.source} ({validation.num_choices} choices)"
-                   if validation is not None else ""))
+                f"{self.train_set.encoded.fit_note()})" + (f"; validation: {seen}" if seen else ""))
+        elif seen:
+            log(f"validation: {seen}")
         self.best_metric = best_metric(cfg.metric_for_best, "accuracy", self.metric_names())
 
     def encode(self, examples: ChoiceExamples) -> EncodedChoices:
@@ -148,11 +151,14 @@ class MultipleChoiceTask(FinetuningTask):
         """One record per validation example (records())."""
         return records(self.validation_texts, logits)
 
-    def predict_table(self, model, d, table: Table) -> list[dict]:
+    def predict_table(self, model, d, table: Table, warn=None) -> list[dict]:
         """records() for every row of `table`, read in the run's columns; labels, where the
-        table has them, become "gold"."""
+        table has them, become "gold"; `warn` hears of choices truncated."""
         examples = read_table_choices(self.cfg, table, labels_required=False, blank_ok=True)
         data = ChoiceSet(self.encode(examples), self.pad, self.multiple)
+        if warn is not None and data.encoded.truncated:
+            warn(truncation_warning(len(examples), "example", data.encoded.fit_note(), self.cfg.max_seq_length,
+                                    self.pre.config.max_position_embeddings))
         return records(examples, self.predict(model, data, d.device, contextlib.nullcontext(),
                                               self.cfg.eval_batch_size))
 

@@ -92,11 +92,14 @@ class ClassificationTask(FinetuningTask):
             self.validation = EncodedSet(encode_examples(self.tok, validation, self.labels if validation.labels
                                                          is not None else None, cfg.max_seq_length),
                                          self.pad, self.multiple)
+        seen = (f"{len(validation):,} examples from {validation.source} ({self.validation.encoded.fit_note()})"
+                if validation is not None else "")
         if train is not None:
             kinds = "regression" if label_space.regression else f"{label_space.num_labels} labels"
-            log(f"train: {len(train):,} examples from {train.source} ({kinds}; {encoded.truncated:,} truncated to "
-                f"{cfg.max_seq_length} tokens)" + (f"; validation: {len(validation):,} from {validation.source}"
-                                                   if validation is not None else ""))
+            log(f"train: {len(train):,} examples from {train.source} ({kinds}; {encoded.fit_note()})"
+                + (f"; validation: {seen}" if seen else ""))
+        elif seen:
+            log(f"validation: {seen}")
         self.positive = self._positive_label(cfg.positive_label)
         if self.positive is not None and train is not None:
             log(f"f1 is the F1 of the positive label {self.labels.labels[self.positive]!r} (id {self.positive}); "

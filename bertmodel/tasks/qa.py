@@ -91,6 +91,10 @@ class QATask(FinetuningTask):
             self.validation_windows = WindowSet(self._features(self.validation, training=False), pad, multiple)
         self.best_metric = best_metric(cfg.metric_for_best, "f1", self.metric_names())
         if evaluation_only:
+            if self.validation is not None:
+                features = self.validation_windows.features
+                log(f"validation: {len(self.validation):,} questions, {self._fit_note(features)}")
+                self._report_cut_questions(log, "validation", features)
             return
         train = read_examples(cfg, "train")
         if train is None:
@@ -107,16 +111,23 @@ class QATask(FinetuningTask):
                                  f"were skipped ({wrong_start:,} whose answer_start does not point at the answer "
                                  f"text, {len(features.skipped) - wrong_start:,} whose answer no token covers); "
                                  "answer_start must be the answer's character offset in its context")
-        for name, cut in (("train", features.questions_cut),
-                          ("validation", self.validation_windows.features.questions_cut
-                           if self.validation_windows is not None else 0)):
-            if cut:
-                log(f"warning: {name}: {cut:,} questions longer than --max-query-length {cfg.max_query_length} "
-                    "tokens were cut to it")
+        self._report_cut_questions(log, "train", features)
+        if self.validation_windows is not None:
+            self._report_cut_questions(log, "validation", self.validation_windows.features)
         self.train_set = WindowSet(features, pad, multiple)
-        log(f"train: {len(train):,} questions, {len(features):,} windows of up to {cfg.max_seq_length} tokens"
+        log(f"train: {len(train):,} questions, {self._fit_note(features)}"
             + (f" ({self.skipped:,} skipped: answer_start does not point at the answer)" if self.skipped else "")
-            + (f"; validation: {len(self.validation):,} questions" if self.validation is not None else ""))
+            + (f"; validation: {len(self.validation):,} questions, {self._fit_note(self.validation_windows.features)}"
+               if self.validation is not None else ""))
+
+    def _fit_note(self, features: QAFeatures) -> str:
+        """What fitting the contexts to max_seq_length did, as training and evaluation report it."""
+        return f"{len(features):,} windows of up to {self.cfg.max_seq_length} tokens"
+
+    def _report_cut_questions(self, log, name: str, features: QAFeatures) -> None:
+        if features.questions_cut:
+            log(f"warning: {name}: {features.questions_cut:,} questions longer than --max-query-length "
+                f"{self.cfg.max_query_length} tokens were cut to it")
 
     def metric_names(self) -> list[str]:
         """The eval_* metrics each evaluation reports (the official script's, 0-100): v2.0's

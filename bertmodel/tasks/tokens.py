@@ -12,6 +12,7 @@ else "O" first and the rest sorted) and travel in the checkpoint and config.json
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,31 @@ def read_split(cfg, which: str, tags_required: bool = True, tag_names=None) -> T
     return cfg.first(data, which)
 
 
+def unknown_tag_words(data: TaggedSentences, tag_set: TagSet, log, training: bool, allowed: bool) -> int:
+    """How many words of `data` have a gold tag outside the tag set. They are never
+    predicted, so they count as missed entities and wrong words, and a loss has no term
+    for them: training warns (its eval_loss is over the other words), evaluation refuses
+    unless `allowed` (then it warns and reports no loss)."""
+    if data.tags is None:
+        return 0
+    known = set(tag_set.tags)
+    counts = Counter(t for tags in data.tags for t in tags if t not in known)
+    if not counts:
+        return 0
+    words, total = sum(counts.values()), sum(map(len, data.tags))
+    listed = ", ".join(f"{t} ({n:,})" for t, n in counts.most_common(8)) + (
+        f" and {len(counts) - 8:,} more" if len(counts) > 8 else "")
+    lacking = "training data does not have" if training else "model does not know"
+    what = f"{words:,} of {total:,} words carry gold tags the {lacking}: {listed}"
+    if not training and not allowed:
+        raise BertmodelError(f"{data.source}: {what} (the model's tags: {', '.join(tag_set.tags)}); evaluate on data "
+                             "tagged as the model was trained, or pass --allow-unknown-tags to score them as missed "
+                             "(no loss is reported then)")
+    log(f"warning: {data.source}: {what}; never predicted, they count as missed entities and wrong words"
+        + (", and eval_loss leaves them out" if training else "; no loss is reported"))
+    return words
+
+
 class WindowSet:
     """Windows + the padding policy: what the loader collates from."""
 
@@ -108,8 +134,9 @@ class TokenClassificationTask(FinetuningTask):
     name = "token_classification"
     head_kind = "tokens"  # BertForTokenClassification, or its ModernBERT twin (model.HEADS)
 
-    def __init__(self, cfg, d, log, tag_set: TagSet | None = None):
-        """tag_set given (a trained model's): evaluation only, no training data read."""
+    def __init__(self, cfg, d, log, tag_set: TagSet | None = None, allow_unknown_tags: bool = False):
+        """tag_set given (a trained model's): evaluation only, no training data read; gold
+        tags the model lacks are then refused, unless allow_unknown_tags."""
         super().__init__(cfg, d, log)
         train = None
         if tag_set is None:
@@ -127,20 +154,19 @@ class TokenClassificationTask(FinetuningTask):
         validation = read_split(cfg, "validation", tags_required=train is not None, tag_names=tag_set.tags)
         self.validation_sentences = validation
         self.validation = None
+        self.training, self.unknown_gold_words = train is not None, 0
         if validation is not None:
             self.validation = WindowSet(self._windows(validation), self.pad, self.multiple)
-            if validation.tags is not None and (unknown := sorted({t for tags in validation.tags for t in tags}
-                                                                   - set(tag_set.tags))):
-                log(f"warning: {validation.source}: tags the training data does not have, never predicted: "
-                    f"{', '.join(unknown[:8])}")
+            self.unknown_gold_words = unknown_tag_words(validation, tag_set, log, self.training, allow_unknown_tags)
+        seen = (f"{len(validation):,} sentences from {validation.source} ({self.validation.windows.fit_note()})"
+                if validation is not None else "")
         if train is not None:
-            windows = self.train_set.windows
             scheme = f"{train.scheme} tags read as IOB2" if train.scheme not in ("IOB2", "plain") else \
                 ("plain labels" if train.scheme == "plain" else "IOB2 tags")
             log(f"train: {len(train):,} sentences from {train.source} ({len(tag_set.tags)} tags, {scheme}; "
-                f"{len(windows):,} windows of up to {cfg.max_seq_length} tokens, {windows.split_sentences:,} sentences "
-                f"split into windows)" + (f"; validation: {len(validation):,} sentences from {validation.source}"
-                                          if validation is not None else ""))
+                f"{self.train_set.windows.fit_note()})" + (f"; validation: {seen}" if seen else ""))
+        elif seen:
+            log(f"validation: {seen}")
         for name, data in (("train", getattr(self, "train_set", None)), ("validation", self.validation)):
             if data is not None and data.windows.cut_words:  # the only thing a window ever cuts
                 log(f"warning: {name}: {data.windows.cut_words:,} words longer than a window of "
@@ -209,12 +235,30 @@ class TokenClassificationTask(FinetuningTask):
         return out
 
     def predict(self, model, sentences: list[list[str]], device, autocast, batch_size: int,
-                on_batch=None) -> list[np.ndarray]:
-        """Per sentence, the (words, C) logits of each word (from its first piece)."""
+                on_batch=None, warn=None, what: str = "sentence") -> list[np.ndarray]:
+        """Per sentence, the (words, C) logits of each word (from its first piece);
+        `warn(message)` hears of sentences (`what`) cut into windows."""
         windows = encode_words(self.tok, sentences, self.cfg.max_seq_length)
+        if warn is not None:
+            self._report_windows(windows, what, warn)
         data = WindowSet(windows, self.pad, self.multiple)
         return self.word_logits(windows, self.window_logits(model, data, device, autocast, batch_size, on_batch),
                                 sentences)
+
+    def _report_windows(self, windows: WordWindows, what: str, warn) -> None:
+        """Prediction reads a sentence longer than a window in windows cut at word
+        boundaries, each word seeing only its own window (transformers' pipeline reads a
+        whole text, up to the tokenizer's model_max_length): said, with the way round."""
+        positions, split = self.pre.config.max_position_embeddings, windows.split_sentences
+        if split:
+            more = (f"--max-seq-length up to the model's {positions:,} positions reads more at once"
+                    if windows.max_seq_length < positions else f"the model reads at most {positions:,} tokens at once")
+            warn(f"{split:,} {what}{'s' if split != 1 else ''} longer than --max-seq-length {windows.max_seq_length} "
+                 f"read in windows cut at word boundaries ({windows.fit_note()}): each word is predicted once, from "
+                 f"its own window's context only; {more}")
+        if windows.cut_words:
+            warn(f"{windows.cut_words:,} words longer than a window of {windows.max_seq_length} tokens lost their "
+                 "last pieces (each is still predicted from its first)")
 
     def scores(self, word_logits: list[np.ndarray], gold: list[list[str]], window_logits: list[np.ndarray],
                windows: WordWindows) -> dict:
@@ -225,14 +269,17 @@ class TokenClassificationTask(FinetuningTask):
         labels = windows.labels
         flat = np.concatenate(window_logits) if window_logits else np.zeros((0, len(self.tags.tags)), np.float32)
         scored = labels != IGNORE_INDEX
-        loss = float(torch.nn.functional.cross_entropy(torch.from_numpy(flat[scored]),
-                                                       torch.from_numpy(labels[scored]))) if scored.any() else 0.0
+        # A loss has no term for a gold tag the model lacks: over the other words it is a
+        # subset's, which training says in its warning and evaluation does not report;
+        # over no words at all there is none.
+        loss = {"loss": float(torch.nn.functional.cross_entropy(torch.from_numpy(flat[scored]),
+                                                                torch.from_numpy(labels[scored])))
+                } if scored.any() and (self.training or not self.unknown_gold_words) else {}
         if not self.tags.entities:
             correct = sum(p == g for ps, gs in zip(predicted, gold) for p, g in zip(ps, gs))
-            return {"accuracy": correct / max(1, sum(map(len, gold))), "loss": loss}
+            return {"accuracy": correct / max(1, sum(map(len, gold))), **loss}
         m = entity_metrics(gold, predicted)
-        out = {"f1": m["f1"], "precision": m["precision"], "recall": m["recall"], "accuracy": m["accuracy"],
-               "loss": loss}
+        out = {"f1": m["f1"], "precision": m["precision"], "recall": m["recall"], "accuracy": m["accuracy"], **loss}
         for kind, figures in m["per_type"].items():
             for name in ("precision", "recall", "f1"):
                 out[f"{kind}_{name}"] = figures[name]
@@ -265,10 +312,11 @@ class TokenClassificationTask(FinetuningTask):
             records.append(record)
         return records
 
-    def predict_entities(self, model, texts: list[str], device, autocast=None) -> list[list[dict]]:
+    def predict_entities(self, model, texts: list[str], device, autocast=None, warn=None) -> list[list[dict]]:
         """The entities of each text with their characters and scores, as transformers'
-        pipeline("token-classification", aggregation_strategy="first") gives them: each
-        word labelled from its first piece, the label's probability its score."""
+        pipeline("token-classification", aggregation_strategy="first") gives them for a
+        text within --max-seq-length: each word labelled from its first piece, the
+        label's probability its score. A longer text is read in windows (`warn` hears)."""
         import contextlib
 
         from bertmodel.data.classification import as_tokenizer
@@ -278,7 +326,7 @@ class TokenClassificationTask(FinetuningTask):
         sentences = [[text[s:e] for s, e in words] for text, words in zip(texts, spans)]
         present = [i for i, words in enumerate(sentences) if words]  # a blank text has no words
         logits = self.predict(model, [sentences[i] for i in present], device, autocast or contextlib.nullcontext(),
-                              self.cfg.eval_batch_size)
+                              self.cfg.eval_batch_size, warn=warn, what="text")
         out: list[list[dict]] = [[] for _ in texts]
         for i, word_logits in zip(present, logits):
             probs = torch.softmax(torch.from_numpy(word_logits).double(), -1).numpy()
@@ -287,12 +335,13 @@ class TokenClassificationTask(FinetuningTask):
                                     probs[np.arange(len(ids)), ids].tolist(), texts[i])
         return out
 
-    def predict_sentences(self, model, sentences: list[list[str]], device) -> list[dict]:
+    def predict_sentences(self, model, sentences: list[list[str]], device, warn=None) -> list[dict]:
         """A record per sentence of given words: the words, their predicted tags and each
         tag's probability."""
         import contextlib
 
-        logits = self.predict(model, sentences, device, contextlib.nullcontext(), self.cfg.eval_batch_size)
+        logits = self.predict(model, sentences, device, contextlib.nullcontext(), self.cfg.eval_batch_size,
+                              warn=warn)
         records = []
         for words, word_logits in zip(sentences, logits):
             probs = torch.softmax(torch.from_numpy(word_logits).double(), -1).numpy()
