@@ -1,5 +1,6 @@
-"""--compile on CPU (inductor): the same losses as eager, one graph for every padded
-length, checkpoints from the plain module."""
+"""--compile on CPU (inductor): the same losses as eager (with AdamW, and with StableAdamW,
+which steps the plain module's parameters), one graph for every padded length,
+checkpoints from the plain module."""
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ def losses(run) -> list[float]:
 
 
 @pytest.mark.slow  # inductor compiles C++ on CPU: about a minute on two cores
-@pytest.mark.parametrize("architecture", ["bert", "modernbert"])
-def test_compiled_training_matches_eager(tmp_path, request, architecture):
+@pytest.mark.parametrize("architecture, optimizer", [("bert", "adamw"), ("modernbert", "adamw"),
+                                                     ("modernbert", "stable-adamw")])
+def test_compiled_training_matches_eager(tmp_path, request, architecture, optimizer):
     import torch._dynamo
     import torch._inductor.config
 
@@ -35,7 +37,8 @@ def test_compiled_training_matches_eager(tmp_path, request, architecture):
     # ModernBERT: 2 layers, one global and one local (its window covers these rows: the masked path).
     base = dict(data=[str(shards)], preset="tiny", layers=1 if architecture == "bert" else 2, hidden=32, heads=2,
                 intermediate=64, architecture=architecture, batch_size=4,
-                max_steps=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=100, progress=False, seed=2)
+                max_steps=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=100, progress=False, seed=2,
+                optimizer=optimizer)
     train(TrainConfig(out=str(tmp_path / "eager"), **base), log=lambda *a: None)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()

@@ -22,11 +22,19 @@ def torchrun(*args):
     return done
 
 
+MODERN = ["--masking", "dynamic", "--mask-rate-schedule", "0.3:0.15@50%", "--batch-size-warmup", "4:3steps",
+          "--optimizer", "stable-adamw", "--adam-betas", "0.9", "0.98", "--weight-decay", "1e-5"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", [[], ["--masking", "dynamic", "--mask-rate", "0.3"]], ids=["static", "dynamic"])
-def test_ddp_two_ranks_train_and_resume_exactly(tmp_path, recipe):
+@pytest.mark.parametrize("recipe, cursor", [([], 4 * 8), (["--masking", "dynamic", "--mask-rate", "0.3"], 4 * 8),
+                                            (MODERN, 4 + 4 + 4 + 8)], ids=["static", "dynamic", "modern"])
+def test_ddp_two_ranks_train_and_resume_exactly(tmp_path, recipe, cursor):
     # Dynamic masks are drawn per rank from (seed, epoch, batch position, rank): a
-    # resumed DDP run must draw the very same ones.
+    # resumed DDP run must draw the very same ones. "modern": ModernBERT's recipe, a
+    # resume mid batch-size warmup (the global batch 4, 4, 4, then 8 = 2 x 2 x 2 ranks;
+    # 4 is one sample a micro-batch a rank) and before the mask-rate change, with
+    # StableAdamW stepping every rank's all-reduced gradients alike.
     shards = small_shard_dir(tmp_path / "small", rows=96)
     common = ["--data", shards, "--preset", "tiny", "--batch-size", 2, "--grad-accum", 2, "--max-steps", 4,
               "--log-every", 1, "--lr", "1e-3", "--warmup-steps", 1, "--save-every", 100, "--no-progress", *recipe]
@@ -38,7 +46,7 @@ def test_ddp_two_ranks_train_and_resume_exactly(tmp_path, recipe):
     a = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "straight"))
     b = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "resumed"))
     assert a["step"] == b["step"] == 4
-    assert a["data"]["cursor"] == 4 * 2 * 2 * 2  # steps x batch x accumulation x ranks
+    assert a["data"]["cursor"] == cursor  # steps x batch x accumulation x ranks, or the warmup's batches
     assert len(a["rng"]) == 2 and not torch.equal(a["rng"][0]["torch"], a["rng"][1]["torch"])
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
