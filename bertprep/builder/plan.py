@@ -17,11 +17,17 @@ piece without an end): their task cuts what it reads into parts of about the
 partition's size, at document boundaries, as it reads (`cut_while_reading`), so its
 memory stays that of one partition however large the file; a prose file is one
 document, read by one task.
+
+A mix (`CorpusSpec.mix`, bertprep/corpus/mix.py) is planned source by source, each
+source once per copy its rate asks for (copy 0, 1, ...): its pieces carry the source,
+the copy and the share of documents that copy keeps, and are sized, and cut, by the
+text they keep (a piece of a copy keeping 0.3 of its documents counts 0.3 of its
+bytes), so partitions keep their size. Copies of a small source may share a partition.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -29,7 +35,7 @@ from bertprep.corpus import hf_datasets
 from bertprep.corpus import readers
 from bertprep.storage import stores as storage
 from bertprep.corpus import find_cut, sniff_layout
-from bertprep.corpus import CorpusSpec, KnownWord, ReadStats, iter_piece_documents, plural, resolve_input_files
+from bertprep.corpus import CorpusSpec, KnownWord, MixPlan, ReadStats, iter_piece_documents, plural, resolve_input_files
 from bertprep.errors import BertprepError, describe_path
 from bertprep.builder.partitions import text_bytes
 
@@ -50,6 +56,10 @@ class Piece:
     layout: str | None = None  # text: how it was cut (boundaries.LAYOUTS)
     wikitext: bool | None = None  # text: the file is WikiText (None: the reader decides)
     config: str | None = None  # a dataset's config
+    source: str | None = None  # a mix's source (None: no mix)
+    copy: int = 0  # which reading of that source (mix.py)
+    keep: float = 1.0  # the share of its documents this copy keeps (sizes the piece)
+    threshold: int = 1 << 64  # it keeps the documents of lower priority (mix.MixPlan.copies)
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,8 @@ def _joined(pieces: list[Piece]) -> list[Piece]:
     for piece in pieces:
         before = out[-1] if out else None
         if (before is not None and before.path == piece.path and before.kind == piece.kind
-                and before.end is not None and before.end == piece.start):
+                and before.end is not None and before.end == piece.start
+                and (before.source, before.copy) == (piece.source, piece.copy)):
             out[-1] = Piece(**{**asdict(before), "end": piece.end, "size": before.size + piece.size,
                                "last": piece.last})
         else:
@@ -118,8 +129,23 @@ def _joined(pieces: list[Piece]) -> list[Piece]:
     return out
 
 
-def plan_partitions(spec: CorpusSpec, target_bytes: int) -> list[PartitionPlan]:
-    """The partitions of the corpus, in input order (see the module docstring)."""
+class _KeptRoom:
+    """The packer as one copy of a mix's source sees it: a piece keeping `keep` of its
+    documents fills the room left with `keep` of its bytes."""
+
+    def __init__(self, packer: _Packer, keep: float):
+        self.packer, self.keep = packer, keep
+        self.target = packer.target
+
+    def room(self) -> int:
+        return max(1, math.ceil(self.packer.room() / self.keep))
+
+
+def plan_partitions(spec: CorpusSpec, target_bytes: int, mix: MixPlan | None = None) -> list[PartitionPlan]:
+    """The partitions of the corpus, in input order (see the module docstring); a mix
+    needs its MixPlan (its rates say how many copies of each source to plan)."""
+    if spec.mix:
+        return _plan_mix(spec, target_bytes, mix)
     inputs = resolve_input_files(spec)
     if spec.split is not None:
         datasets = [p for p in inputs if readers.format_of(p) == "dataset"] + ([spec.dataset] if spec.dataset else [])
@@ -131,6 +157,20 @@ def plan_partitions(spec: CorpusSpec, target_bytes: int) -> list[PartitionPlan]:
     if spec.dataset:
         for piece in _input_pieces(Path(spec.dataset), "dataset", spec, packer, spec.dataset_config):
             packer.add(piece)
+    return packer.finish()
+
+
+def _plan_mix(spec: CorpusSpec, target_bytes: int, mix: MixPlan) -> list[PartitionPlan]:
+    packer = _Packer(target_bytes)
+    for source in spec.mix:
+        reading = spec.source_spec(source)
+        files = resolve_input_files(reading)
+        for copy, (keep, threshold) in enumerate(mix.copies(source.name)):
+            room = _KeptRoom(packer, keep)
+            for path in files:
+                for piece in _input_pieces(path, readers.format_of(path), reading, room):
+                    packer.add(replace(piece, size=max(1, round(piece.size * keep)), source=source.name,
+                                       copy=copy, keep=keep, threshold=threshold))
     return packer.finish()
 
 
@@ -203,7 +243,10 @@ def iter_partition_documents(partition: PartitionPlan, spec: CorpusSpec, counts:
     for piece in partition.pieces:
         stats = ReadStats()
         yield from iter_piece_documents(piece, spec, stats, known_word)
-        counts.append({"name": piece.name, **{key: getattr(stats, key) for key in COUNTED}})
+        mix = {} if piece.source is None else {
+            "source": piece.source, "copy": piece.copy,
+            "sampled_size": stats.sampled_size, "sampled_documents": stats.sampled_documents}
+        counts.append({"name": piece.name, **{key: getattr(stats, key) for key in COUNTED}, **mix})
 
 
 def read_partition(partition: PartitionPlan, spec: CorpusSpec, known_word: KnownWord | None = None
@@ -250,10 +293,13 @@ def cut_while_reading(documents: Iterable[list[str]], limit: int | None) -> Iter
 def merge_read_stats(parts: Iterable[dict]) -> ReadStats:
     """The corpus's read statistics from every piece's counts, in plan order (an input
     read in several pieces counts as one file); an input that gave no document, only
-    undecodable bytes, raises naming it."""
+    undecodable bytes, raises naming it. Of a mix, the first copy of each source counts:
+    the corpus as it is, once."""
     stats = ReadStats()
     per_input: dict[str, list[int]] = {}
     for part in parts:
+        if part.get("copy", 0):
+            continue
         documents_and_invalid = per_input.setdefault(part["name"], [0, 0])
         documents_and_invalid[0] += part["documents"]
         documents_and_invalid[1] += part["invalid_bytes"]
@@ -265,3 +311,4 @@ def merge_read_stats(parts: Iterable[dict]) -> ReadStats:
     stats.files = len(per_input)
     stats.files_with_invalid = [name for name, (_, invalid) in per_input.items() if invalid]
     return stats
+

@@ -18,7 +18,6 @@ import pathlib
 import shutil
 import sys
 import time
-from dataclasses import asdict
 
 from bertprep import __version__
 from bertprep.shards import schema
@@ -31,6 +30,7 @@ from bertprep.builder.tasks import (FingerprintTask, PairTask, ScatterTask, Shar
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
 from bertprep.errors import BertprepError, check_parent_is_directory
 from bertprep.builder.fingerprints import fingerprint_sources, input_fingerprints
+from bertprep.builder.mixing import add_sampled, measure_mix
 from bertprep.executors import TaskCost, make_executor
 from bertprep.shards import build_manifest, write_dataset_files
 from bertprep.instances import cap_warnings
@@ -132,7 +132,7 @@ def _plan(spec: CorpusSpec, inputs: list[dict], tok, config: BuildConfig) -> dic
         "work_layout": WORK_LAYOUT,
         "format_version": schema.FORMAT_VERSION,
         "options": config.output_options(),
-        "corpus": asdict(spec),
+        "corpus": spec.record(),
         "inputs": inputs,
         "tokenizer": tok.fingerprint(),
     }
@@ -205,10 +205,11 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
                 corpus=spec,
                 partition_bytes=config.partition_bytes,
             )
-            partition_plan = plan_partitions(spec, config.partition_bytes)
+            mix = measure_mix(spec, pool, TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY)) if spec.mix else None
+            partition_plan = plan_partitions(spec, config.partition_bytes, mix)
             executor = TrackedExecutor(pool, bar, config.num_shards, config.shard_rows, config.partition_bytes,
                                        sum(p.size for p in partition_plan))
-            partitions, read_stats = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
+            partitions, read_stats, pieces_read = _pair_stage(spec, partition_plan, ctx, config, executor, warnings)
             total_rows = sum(sum(p["rows_per_pass"]) for p in partitions)
             if total_rows == 0:
                 raise BertprepError(f"{_inputs_label(spec)}: no {rows_label(config.pairs)} could be built "
@@ -225,7 +226,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
         manifest = build_manifest(
             version=__version__,
             options=config.output_options(),
-            corpus={**asdict(spec), "paths": list(spec.paths)},
+            corpus=spec.record(),
             inputs=inputs,
             tok=tok,
             tokenizer_files=tokenizer_files,
@@ -233,6 +234,7 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
             partitions=partitions,
             stats=stats,
             read_stats=read_stats,
+            mix=None if mix is None else add_sampled(mix, pieces_read).record(),
         )
         changed = changed_input(states, input_files)
         if changed:
@@ -253,15 +255,18 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
 
 
 def _inputs_label(spec: CorpusSpec) -> str:
+    if spec.mix:
+        return "--mix " + ", ".join(source.name for source in spec.mix)
     if spec.dataset:
         return spec.dataset
     return ", ".join(spec.paths) if len(spec.paths) <= 3 else f"{spec.paths[0]} (+{len(spec.paths) - 1} more)"
 
 
-def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict], ReadStats]:
+def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict], ReadStats, list[dict]]:
     """Every planned partition read, tokenized and paired by its own task; the
-    corpus's read statistics, and the partitions from here on: every part of every
-    planned partition (one, unless it was cut while read), numbered in plan order."""
+    partitions from here on (every part of every planned partition: one, unless it was
+    cut while read, numbered in plan order), the corpus's read statistics and the read
+    counts of every piece."""
     if not plan:
         raise no_text_error(spec)
     calls = [PairTask(ctx, p) for p in plan]  # small descriptors: the tasks read the text
@@ -274,7 +279,8 @@ def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict]
                 f"partition {partition['index']}: nanotoken differed from tokenizers on "
                 f"{partition['mismatches']} sampled sentences; encoded it with tokenizers"
             )
-    read_stats = merge_read_stats(part for r in results for part in r["read"])
+    pieces_read = [part for r in results for part in r["read"]]
+    read_stats = merge_read_stats(pieces_read)
     if read_stats.documents == 0:
         raise no_text_error(spec)
     total_docs = sum(p["documents"] for p in partitions)
@@ -285,7 +291,7 @@ def _pair_stage(spec, plan, ctx, config, executor, warnings) -> tuple[list[dict]
                 if spec.sentences == "prose" else
                 "separate documents with a blank line, or use --sentences split for a document per line")
         raise BertprepError(f"{_inputs_label(spec)}: NSP needs at least two documents, found {total_docs} ({hint})")
-    return partitions, read_stats
+    return partitions, read_stats, pieces_read
 
 
 def _pair_warnings(spec: CorpusSpec, config: BuildConfig, stats: dict, partitions: list[dict]) -> list[str]:

@@ -2,17 +2,21 @@
 
     @main.command("train-tokenizer")
     @corpus_options
-    def train_tokenizer(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, ...):
+    def train_tokenizer(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, mix, ...):
         spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
-                                        document_separator)
+                                        document_separator, mix)
+
+`mix` is the mix options (--mix, --sampling-temperature, --mix-seed) as one MixOptions.
 """
 from __future__ import annotations
 
+import functools
 import re
+from typing import NamedTuple
 
 import click
 
-from bertprep.corpus import SENTENCE_MODES, CorpusSpec
+from bertprep.corpus import SENTENCE_MODES, CorpusSpec, parse_mix
 from bertprep.errors import BertprepError
 
 _UNITS = {
@@ -65,8 +69,22 @@ class SizeParamType(click.ParamType):
 SIZE = SizeParamType()
 
 
+class MixOptions(NamedTuple):
+    """--mix (every value given, joined), --sampling-temperature and --mix-seed."""
+
+    sources: tuple = ()
+    temperature: float | None = None
+    seed: int = 0
+
+
 def corpus_options(fn):
-    """Add INPUT... and the options that say how to read it (see bertprep.corpus.spec)."""
+    """Add INPUT... and the options that say how to read it (see bertprep.corpus.spec);
+    the mix options reach the command as one `mix` argument (MixOptions)."""
+
+    @functools.wraps(fn)
+    def with_mix(*args, mix_sources, sampling_temperature, mix_seed, **kwargs):
+        return fn(*args, mix=MixOptions(mix_sources, sampling_temperature, mix_seed), **kwargs)
+
     options = [
         click.argument("inputs", metavar="INPUT...", nargs=-1, type=click.Path()),
         click.option(
@@ -101,17 +119,45 @@ def corpus_options(fn):
             help="A line matching REGEX (searched in the stripped line) ends a document and is dropped, "
             "e.g. '^CHAPTER ' or '^[*]{3} (START|END) OF' for Project Gutenberg books.",
         ),
+        click.option(
+            "--mix",
+            "mix_sources",
+            metavar="NAME=PATH[:WEIGHT],...",
+            multiple=True,
+            callback=_parse_mix_option,
+            help="Instead of INPUT...: named sources (PATH a file, directory or glob), each sampled to its weight's "
+            "share of the characters, e.g. 'ko=petitions/*:0.7,en=wiki/*:0.3'; a source over its natural share "
+            "is repeated, one under it sampled. May be given more than once.",
+        ),
+        click.option(
+            "--sampling-temperature",
+            type=float,
+            metavar="T",
+            help="With a --mix without weights: shares proportional to size**T in characters (1: natural, "
+            "0: equal; XLM-R 0.3, mmBERT 0.7 -> 0.5 -> 0.3) [default: 1].",
+        ),
+        click.option("--mix-seed", type=int, default=0, show_default=True,
+                     help="Which documents a --mix keeps where it samples (the same in train-tokenizer and build-shards)."),
     ]
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        with_mix = option(with_mix)
+    return with_mix
+
+
+def _parse_mix_option(ctx, param, values):
+    try:
+        return tuple(source for value in values for source in parse_mix(value))
+    except BertprepError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--mix").lstrip(": "), ctx, param) from None
 
 
 def corpus_spec_from_options(
-    inputs, text_field, dataset, dataset_config, split, sentences, document_separator=None
+    inputs, text_field, dataset, dataset_config, split, sentences, document_separator=None, mix=MixOptions()
 ) -> CorpusSpec:
     """The CorpusSpec for corpus_options' values; click.UsageError for a bad combination."""
-    if not inputs and not dataset:
+    if mix.sources and (inputs or dataset):
+        raise click.UsageError("--mix names the inputs: give them there, not also as INPUT or --dataset")
+    if not inputs and not dataset and not mix.sources:
         raise click.UsageError("give at least one INPUT file or directory, or --dataset")
     if dataset_config and not dataset:
         raise click.UsageError("--dataset-config only applies with --dataset")
@@ -124,6 +170,9 @@ def corpus_spec_from_options(
             split=split,
             sentences=sentences or "lines",
             document_separator=document_separator or None,
+            mix=mix.sources,
+            sampling_temperature=mix.temperature,
+            mix_seed=mix.seed,
         )
-    except BertprepError as exc:  # a --document-separator that is no usable regex
+    except BertprepError as exc:  # a --document-separator that is no usable regex, a mix that cannot be sampled
         raise click.UsageError(str(exc)) from None

@@ -8,7 +8,7 @@ import click
 from bertprep.builder import SHARD_ROWS, BuildConfig, build_shards, default_shard_rows
 from bertprep.cli.kit import progress_option, user_errors
 from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options, size_text
-from bertprep.corpus import plural
+from bertprep.corpus import mix_summary, plural
 from bertprep.executors import default_workers
 from bertprep.shards import decode_samples, format_report, measure, sample_rows
 from bertprep.shards import pairing
@@ -41,7 +41,7 @@ DEFAULTS = BuildConfig(workers=1)
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT (only once the new build is complete).")
 @progress_option
 @user_errors
-def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, tokenizer_path, out, workers, overwrite, progress, **options):
+def build_shards_command(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, mix, tokenizer_path, out, workers, overwrite, progress, **options):
     """Build masked next-sentence-prediction pairs (or --pairs sop|none) into Arrow shards.
 
     Reads INPUT... (text with a sentence per line and a blank line between documents,
@@ -55,7 +55,7 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     Example:
       bertprep build-shards corpus.txt --tokenizer tok/ --out shards/ --dupe-factor 5
     """
-    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences, document_separator)
+    spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences, document_separator, mix)
     config = BuildConfig(workers=workers if workers is not None else default_workers(), **options)
     result = build_shards(spec, tokenizer_path, out, config, overwrite=overwrite, progress=progress)
     m = result.manifest
@@ -74,6 +74,8 @@ def build_shards_command(inputs, text_field, dataset, dataset_config, split, sen
     if totals["documents"] != result.read_stats.documents:
         corpus += f"; {plural(totals['documents'], 'document')} with tokens"
     click.echo(corpus)
+    if "mix" in m:
+        click.echo(f"  {mix_summary(m['mix'])}")
     if result.executor is not None:
         for line in result.executor.summary().splitlines():
             click.echo(f"  {line}")

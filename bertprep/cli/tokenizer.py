@@ -10,7 +10,7 @@ import click
 
 from bertprep.cli.kit import progress_option, user_errors
 from bertprep.cli.options import SIZE, corpus_options, corpus_spec_from_options
-from bertprep.corpus import ReadStats, format_size, iter_documents, plural
+from bertprep.corpus import ReadStats, format_size, iter_documents, mix_summary, plural
 from bertprep.corpus import decode_utf8
 from bertprep.tokenizer import load_tokenizer
 from bertprep.tokenizer import TokenizerTrainingConfig, train_tokenizer
@@ -52,7 +52,7 @@ ENCODE_BATCH_LINES = 4096
 @progress_option
 @user_errors
 def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences,
-                            document_separator, out_dir,
+                            document_separator, mix, out_dir,
                             vocab_size, lowercase, strip_accents, min_frequency, character_coverage,
                             limit_alphabet, unused, max_chars_per_word, sample_bytes, heldout_fraction,
                             overwrite, progress):
@@ -69,7 +69,7 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
       bertprep train-tokenizer wiki/ books.txt.gz --out tok/ --vocab-size 30522 --unused 99
     """
     spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
-                                    document_separator)
+                                    document_separator, mix)
     if character_coverage is not None and limit_alphabet is not None:
         raise click.UsageError("--character-coverage and --limit-alphabet both choose the alphabet: give one")
     config = TokenizerTrainingConfig(
@@ -88,6 +88,8 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
 
     report = train_tokenizer(iter_documents(spec, stats), config, out_dir, overwrite=overwrite,
                              progress=progress, on_normalisation=read_and_decided)
+    if stats.mix is not None:
+        click.echo(mix_summary(stats.mix.record()))
     if report.training_bytes != report.corpus_bytes:
         click.echo(f"trained on {format_size(report.training_bytes)} "
                    f"({report.training_documents:,} documents)")

@@ -21,24 +21,51 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 
 class CorpusPaths(Protocol):
     """What of a corpus spec (spec.CorpusSpec) names its files: this module knows no more
-    of it, so the spec can import this module and not the reverse."""
+    of it, so the spec can import this module and not the reverse. `mix` holds sources
+    with a `name` and a `path` (mix.MixSource)."""
 
     paths: Sequence[str]
     dataset: str | None
+    mix: Sequence
+
+
+def resolve_source_files(spec: CorpusPaths) -> list[tuple[str, list[Path]]]:
+    """(name, input files) of each source of a mix, in its order. A source that names no
+    file is an error naming it; so is a file in two sources (its share would be both)."""
+    sources = []
+    owner: dict[Path, str] = {}
+    for source in spec.mix:
+        try:
+            files = _resolve_paths([source.path])
+        except BertprepError as exc:
+            raise BertprepError(f"--mix {source.name}: {exc}") from None
+        for path in files:
+            other = owner.setdefault(path.resolve(), source.name)
+            if other != source.name:
+                raise BertprepError(f"--mix: {describe_path(path)} is in both {other} and {source.name}")
+        sources.append((source.name, files))
+    return sources
 
 
 def resolve_input_files(spec: CorpusPaths) -> list[Path]:
-    """The input files of spec.paths, expanded and sorted, without duplicates.
+    """The input files of spec.paths (or of a mix's sources, in the mix's order),
+    expanded and sorted, without duplicates.
 
     A directory is walked recursively (sorted, hidden entries skipped) for files named
     like text, JSONL or Parquet (see DIRECTORY_SUFFIXES); a directory written by
     `datasets.save_to_disk` is returned itself, as one input. A glob expands sorted. An
     explicit file is taken whatever its name. spec.dataset is not listed here.
     """
+    if getattr(spec, "mix", None):
+        return [path for _, files in resolve_source_files(spec) for path in files]
     if not spec.paths and not spec.dataset:
         raise BertprepError("no input given: name files or directories, or a --dataset")
+    return _resolve_paths(spec.paths)
+
+
+def _resolve_paths(paths: Sequence[str]) -> list[Path]:
     found: list[Path] = []
-    for given in spec.paths:
+    for given in paths:
         if storage.is_remote(given):  # an object store: listed there, files only
             found.extend(storage.list_files(given, _looks_like_corpus_file))
             continue

@@ -31,6 +31,11 @@ gives there. What a document is:
   stripped line) ends the current document and is dropped, e.g. `^CHAPTER ` or
   `^[*]{3} (START|END) OF`.
 - Documents never span input files (DESIGN.md).
+- `mix` (`--mix NAME=PATH[:WEIGHT],...`, `--sampling-temperature`, `--mix-seed`): the
+  corpus is several named sources, each sampled to its share (`bertprep.corpus.mix`):
+  the sources are measured (a first read), then each is read once per copy its rate
+  asks for, keeping the documents the mix chooses. `ReadStats` counts the first copy
+  only, and `ReadStats.mix` holds what was kept.
 
 Limits, so memory is bounded whatever the input: a line longer than
 `readers.MAX_LINE_CHARS` (1M characters) is cut into pieces (counted in
@@ -43,7 +48,7 @@ from __future__ import annotations
 import html
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Iterator
 
 from bertprep.corpus import hf_datasets
@@ -51,8 +56,11 @@ from bertprep.corpus import readers
 from bertprep.storage import stores as storage
 from bertprep.corpus.boundaries import is_doc_open, wikitext_level
 from bertprep.errors import BertprepError, describe_path
-from bertprep.corpus.input_files import resolve_input_files
+from bertprep.corpus.input_files import resolve_input_files, resolve_source_files
+from bertprep.corpus.mix import (BUCKET_BITS, MixPlan, MixSource, bucket_of, check_mix, document_priority, keeps,
+                                 parse_mix, size_of)
 from bertprep.corpus.prose import KnownWord, ProseParagraphs
+from bertprep.corpus.read_stats import ReadStats, format_size, plural  # noqa: F401  (names of this module too)
 from bertprep.corpus.readers import FileCounts
 from bertprep.corpus.sentences import split_sentences
 
@@ -75,6 +83,11 @@ class CorpusSpec:
     split: str | None = None  # default "train"
     sentences: str = "lines"  # "lines": a sentence per line | "split": split paragraphs | "prose": wrapped text
     document_separator: str | None = None  # a regex: a line it matches ends a document
+    # Several sources sampled to shares (bertprep.corpus.mix), instead of paths; a string
+    # is parsed as --mix is ("ko=petitions/*:0.7,en=wiki/*:0.3").
+    mix: tuple[MixSource, ...] = ()
+    sampling_temperature: float | None = None  # shares proportional to size**T (no weights given)
+    mix_seed: int = 0  # which documents a fractional copy keeps
 
     def __post_init__(self):
         if isinstance(self.paths, (str, os.PathLike)):
@@ -83,6 +96,24 @@ class CorpusSpec:
         if self.sentences not in SENTENCE_MODES:
             raise BertprepError(f"sentences must be one of {', '.join(SENTENCE_MODES)}, not {self.sentences!r}")
         self.separator_pattern()  # a bad regex fails here, before any reading
+        mix = parse_mix(self.mix) if isinstance(self.mix, str) else self.mix
+        object.__setattr__(self, "mix", tuple(m if isinstance(m, MixSource) else MixSource(**m) for m in mix))
+        check_mix(self.mix, self.sampling_temperature)
+        if self.mix and (self.paths or self.dataset):
+            raise BertprepError("--mix names the inputs: give them there, not also as INPUT or --dataset")
+
+    def source_spec(self, source: MixSource) -> "CorpusSpec":
+        """The spec of one source of the mix: its path, read as the mix is read."""
+        return replace(self, paths=(source.path,), mix=(), sampling_temperature=None)
+
+    def record(self) -> dict:
+        """The spec as a manifest records it (JSON types); without the mix fields when
+        there is no mix, so a corpus of paths records what it always did."""
+        record = {**asdict(self), "paths": list(self.paths), "mix": [asdict(m) for m in self.mix]}
+        if not self.mix:
+            for key in ("mix", "sampling_temperature", "mix_seed"):
+                record.pop(key)
+        return record
 
     def separator_pattern(self) -> re.Pattern | None:
         if self.document_separator is None:
@@ -100,59 +131,6 @@ class CorpusSpec:
         return self.split or DEFAULT_SPLIT
 
 
-@dataclass
-class ReadStats:
-    """Counters filled while reading; pass one to iter_documents and read it after."""
-
-    files: int = 0  # inputs read: files, saved dataset directories, datasets
-    bytes: int = 0  # bytes of text, after decompression
-    documents: int = 0
-    sentences: int = 0
-    invalid_bytes: int = 0  # undecodable byte sequences replaced with U+FFFD
-    files_with_invalid: list[str] = field(default_factory=list)
-    long_lines: int = 0  # lines over readers.MAX_LINE_CHARS, cut into pieces
-    long_documents: int = 0  # documents over MAX_DOCUMENT_CHARS or _SENTENCES, cut into several
-    hyphens_removed: int = 0  # "prose": line-end hyphens of words re-joined
-
-    def add(self, path: str, counts: FileCounts) -> None:
-        self.files += 1
-        self.bytes += counts.bytes
-        self.invalid_bytes += counts.invalid_bytes
-        self.long_lines += counts.long_lines
-        if counts.invalid_bytes:
-            self.files_with_invalid.append(path)
-
-    def summary(self) -> str:
-        """One line: "3 files, 12.3 MB, 4,567 documents, 45,678 sentences; ..."."""
-        text = (f"{plural(self.files, 'file')}, {format_size(self.bytes)}, {plural(self.documents, 'document')}, "
-                f"{plural(self.sentences, 'sentence')}")
-        if self.invalid_bytes:
-            names = ", ".join(self.files_with_invalid[:5])
-            if len(self.files_with_invalid) > 5:
-                names += f" and {len(self.files_with_invalid) - 5:,} more"
-            text += f"; {plural(self.invalid_bytes, 'invalid byte sequence')} replaced in {names}"
-        if self.long_lines:
-            text += f"; {plural(self.long_lines, 'line')} over {readers.MAX_LINE_CHARS:,} characters cut"
-        if self.long_documents:
-            text += f"; {plural(self.long_documents, 'over-long document')} cut"
-        if self.hyphens_removed:
-            text += f"; {self.hyphens_removed:,} words split at a line end re-joined"
-        return text
-
-
-def plural(count: int, noun: str) -> str:
-    """plural(1, "file") -> "1 file", plural(1234, "file") -> "1,234 files"."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
-def format_size(n_bytes: int) -> str:
-    """1234567 -> "1.2 MB" (decimal units)."""
-    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:,.1f} {unit}"
-    return f"{n_bytes:,} bytes"
-
-
 # ---------------------------------------------------------------- documents
 
 
@@ -163,6 +141,9 @@ def iter_documents(
     known_word (e.g. `prose.vocabulary_lookup(tokenizer)`) helps "prose" re-join words
     split across a line break; without it only the corpus's own evidence is used."""
     stats = stats if stats is not None else ReadStats()
+    if spec.mix:
+        yield from _mix_documents(spec, stats, known_word)
+        return
     inputs = resolve_input_files(spec)
     if spec.split is not None:
         datasets = [p for p in inputs if readers.format_of(p) == "dataset"] + ([spec.dataset] if spec.dataset else [])
@@ -174,6 +155,53 @@ def iter_documents(
         yield from _input_documents(spec.dataset, "dataset", spec, stats, known_word)
     if stats.documents == before:
         raise no_text_error(spec)
+
+
+def mix_inputs(spec: CorpusSpec) -> list[tuple[str, str]]:
+    """(source name, input path) of every input of a mix, in the mix's order."""
+    return [(name, str(path)) for name, files in resolve_source_files(spec) for path in files]
+
+
+def measure_input(spec: CorpusSpec, source: str, path) -> dict:
+    """{"size", "documents", "histogram"} of one input of the mix's source `source`, read
+    as spec reads it: its size in mix.SIZE_UNIT, in total and per bucket of document
+    priority (no vocabulary, so both commands measure alike; "split" is measured as
+    "lines", since splitting moves no character)."""
+    reading = replace(spec, sentences="lines") if spec.sentences == "split" else spec
+    path = storage.path(path)
+    histogram = [0] * (1 << BUCKET_BITS)
+    documents = 0
+    for document in _input_documents(path, readers.format_of(path), reading, ReadStats(), None):
+        histogram[bucket_of(document_priority(document, source, spec.mix_seed))] += size_of(document)
+        documents += 1
+    return {"size": sum(histogram), "documents": documents, "histogram": histogram}
+
+
+def plan_mix(spec: CorpusSpec, measured: list[dict]) -> MixPlan:
+    """The MixPlan of a mix from measure_input of each of its mix_inputs, in that order."""
+    names = [s.name for s in spec.mix]
+    sizes, documents, files = dict.fromkeys(names, 0), dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+    histograms = {name: [0] * (1 << BUCKET_BITS) for name in names}
+    for (name, _), counts in zip(mix_inputs(spec), measured, strict=True):
+        sizes[name] += counts["size"]
+        documents[name] += counts["documents"]
+        files[name] += 1
+        histograms[name] = [a + b for a, b in zip(histograms[name], counts["histogram"])]
+    return MixPlan(spec.mix, spec.sampling_temperature, spec.mix_seed, sizes, documents, files, histograms)
+
+
+def _mix_documents(spec: CorpusSpec, stats: ReadStats, known_word) -> Iterator[list[str]]:
+    """A mix's documents: each source read once per copy, keeping what each copy keeps
+    (mix.py). Measuring first costs one more read of every input."""
+    plan = plan_mix(spec, [measure_input(spec, name, path) for name, path in mix_inputs(spec)])
+    stats.mix = plan
+    for source in spec.mix:
+        for copy, (_, threshold) in enumerate(plan.copies(source.name)):
+            reading = stats if copy == 0 else ReadStats()  # the natural corpus is counted once
+            for document in iter_documents(spec.source_spec(source), reading, known_word):
+                if keeps(document, source.name, threshold, spec.mix_seed):
+                    plan.add_kept(source.name, size_of(document), 1)
+                    yield document
 
 
 def _input_documents(source, kind: str, spec: CorpusSpec, stats: ReadStats, known_word) -> Iterator[list[str]]:
@@ -330,7 +358,22 @@ def _record_documents(texts: Iterable[str], builder: _DocumentBuilder) -> Iterat
 def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: KnownWord | None = None) -> Iterator[list[str]]:
     """The documents of one planned part of an input (a `bertprep.builder.plan.Piece`): a byte
     range of a text or JSONL file, row groups of a Parquet file, rows of a saved dataset,
-    or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`)."""
+    or a whole input. Its counts are added to stats, but not as a file (`plan.merge_read_stats`).
+    A piece of a mix's source keeps the documents its copy keeps (mix.py), counted in
+    stats.sampled_size and stats.sampled_documents."""
+    source = getattr(piece, "source", None)
+    documents = _piece_documents(piece, spec, stats, known_word)
+    if source is None:
+        yield from documents
+        return
+    for document in documents:
+        if keeps(document, source, piece.threshold, spec.mix_seed):
+            stats.sampled_size += size_of(document)
+            stats.sampled_documents += 1
+            yield document
+
+
+def _piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word) -> Iterator[list[str]]:
     counts = FileCounts()
     builder = _DocumentBuilder(spec, counts, stats, known_word)
     path = storage.path(piece.path)  # a local path or an object-store URL
@@ -358,6 +401,8 @@ def iter_piece_documents(piece, spec: CorpusSpec, stats: ReadStats, known_word: 
 
 
 def no_text_error(spec: CorpusSpec) -> BertprepError:
+    if spec.mix:
+        return BertprepError(f"--mix {', '.join(s.name for s in spec.mix)}: no text found")
     inputs = resolve_input_files(spec)
     names = [describe_path(p) for p in inputs] + ([spec.dataset] if spec.dataset else [])
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
