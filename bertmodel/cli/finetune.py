@@ -34,7 +34,9 @@ def _opt(name: str, defaults: bool = True, **kwargs):
 # Each task's own data options: `finetune classify|qa` take their task's, evaluate both.
 TASK_DATA_OPTIONS = {
     "classify": [
-        ("--text-column", dict(help="Column holding the text.")),
+        ("--text-column", dict(help="Column holding the text [default: found by name, with its pair: "
+                                    "sentence1/sentence2, question1/question2, premise/hypothesis, "
+                                    "question/sentence, question/context, text/text_pair, sentence, text].")),
         ("--text-pair-column", dict(help="Column holding the second text of a pair.")),
         ("--label-column", dict(help="Column holding the label.")),
         ("--no-header", dict(is_flag=True, default=False, help="TSV/CSV without a header: columns are 0-based "
@@ -322,15 +324,18 @@ def choice(**options):
 @_opt("--eval-batch-size", type=click.IntRange(min=1), help="Examples per forward pass.")
 @unpad_option
 @click.option("--overwrite", is_flag=True, help="Replace the prediction files an earlier evaluation left in --out.")
+@click.option("--allow-unknown-tags", is_flag=True, help="Score data whose gold tags the model does not know: they "
+              "count as missed entities and wrong words, and no loss is reported (tokens; refused without it).")
 @data_options(None, defaults=False)
 @progress_option
 @user_errors
-def evaluate(run, data, out, device, unpad, overwrite, progress, **options):
+def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_tags, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
     Data options default to those the run was trained with; each applies to the tasks its
-    help names. Unlabelled data: `bertmodel predict RUN --file`.
+    help names. What was read, and what --max-seq-length cut (rows truncated, sentences
+    split into windows), goes to stderr. Unlabelled data: `bertmodel predict RUN --file`.
 
     \b
     Example:
@@ -343,7 +348,9 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, **options):
         options["validation"] = data
         options["dataset"] = None
     with pass_progress(progress, "eval"):
-        metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite)
+        metrics, paths = evaluate_model(run, options, out_dir=out, device=device, unpad=unpad, overwrite=overwrite,
+                                        log=functools.partial(click.echo, err=True),
+                                        allow_unknown_tags=allow_unknown_tags)
     click.echo(json.dumps(metrics, sort_keys=True))
     if not metrics:
         click.echo(f"no labels in {data or 'the validation data'}: predictions written, no metrics computed",
@@ -366,12 +373,16 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, **options):
 @click.option("--context", help="The context to find its answer in (QA models).")
 @_opt("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="auto: CUDA when available.")
 @unpad_option
+@click.option("--max-seq-length", type=click.IntRange(min=8), help="Tokens read at once, up to the model's positions "
+              "(ModernBERT: 8,192): longer texts are truncated (classify, choice) or read in windows (tokens, qa), "
+              "with a warning [default: the run's].")
 @progress_option
 @user_errors
-def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad, progress):
+def predict(run, texts, pairs, file, out, overwrite, question, context, device, unpad, max_seq_length, progress):
     """Labels with probabilities for texts (a token classifier: each text's entities, a
     JSON line per text), or the answer to --question in --context; or a JSON line for
-    each record of --file.
+    each record of --file. A text longer than --max-seq-length (the run's by default) is
+    truncated, or read in windows by a token classifier, and a warning says so.
 
     \b
     Example:
@@ -392,7 +403,7 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
         raise click.UsageError("--out goes with --file")
     if file:
         with pass_progress(progress, "predict"):
-            records = predict_file(run, file, device=device, unpad=unpad, warn=warn)
+            records = predict_file(run, file, device=device, unpad=unpad, warn=warn, max_seq_length=max_seq_length)
         if out:
             write_predictions(out, records, overwrite=overwrite)
             click.echo(f"predictions: {out} ({len(records):,} records)", err=True)
@@ -403,14 +414,16 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
     if question or context:
         if not (question and context):
             raise click.UsageError("--question and --context go together")
-        for r in predict_answers(run, [question], [context], device=device, unpad=unpad):
+        for r in predict_answers(run, [question], [context], device=device, unpad=unpad,
+                                 max_seq_length=max_seq_length):
             click.echo(f"{r['answer'] or NO_ANSWER}\t{r['score']:.4f}")
         return
     if not texts:
         raise click.UsageError("give texts, --file, or --question with --context")
     if pairs and len(pairs) != len(texts):
         raise click.UsageError(f"{len(pairs)} --pair for {len(texts)} texts")
-    for r in predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad, warn=warn):
+    for r in predict_texts(run, list(texts), list(pairs) or None, device=device, unpad=unpad, warn=warn,
+                           max_seq_length=max_seq_length):
         if "entities" in r:  # a token classifier: the text's entities as one JSON line
             click.echo(json.dumps(r, ensure_ascii=False))
         elif "label" in r:
