@@ -28,11 +28,11 @@ MODERN = ["--masking", "dynamic", "--mask-rate-schedule", "0.3:0.15@50%", "--bat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe, cursor", [([], 4 * 8), (["--masking", "dynamic", "--mask-rate", "0.3"], 4 * 8),
-                                            (MODERN, 4 + 4 + 4 + 8)], ids=["static", "dynamic", "modern"])
+                                            (MODERN, 4 + 4 + 8 + 8)], ids=["static", "dynamic", "modern"])
 def test_ddp_two_ranks_train_and_resume_exactly(tmp_path, recipe, cursor):
     # Dynamic masks are drawn per rank from (seed, epoch, batch position, rank): a
     # resumed DDP run must draw the very same ones. "modern": ModernBERT's recipe, a
-    # resume mid batch-size warmup (the global batch 4, 4, 4, then 8 = 2 x 2 x 2 ranks;
+    # resume mid batch-size warmup (the global batch 4, 4, 8, then 8 = 2 x 2 x 2 ranks;
     # 4 is one sample a micro-batch a rank) and before the mask-rate change, with
     # StableAdamW stepping every rank's all-reduced gradients alike.
     shards = small_shard_dir(tmp_path / "small", rows=96)

@@ -8,7 +8,7 @@ Batch-size warmup (ModernBERT, Warner et al. 2024, arXiv 2412.13663: 768 -> 4,60
 50B tokens): `START:AMOUNT` with AMOUNT in tokens (a number with an optional k, M, B or T
 multiplier, e.g. `768:50B`) or in steps (`768:2000steps`). The global batch grows
 linearly in steps from START to the full one (--batch-size x --grad-accum x ranks) over
-the warmup, each batch rounded down to a multiple of grad_accum x ranks (every
+the warmup, each batch rounded to the nearest multiple of grad_accum x ranks (every
 micro-batch of a step is the same size: the step's batch / (grad_accum x ranks) rows a
 rank). As in ModernBERT's BatchSizeWarmupScheduler, which holds every batch size for the
 same number of steps, a warmup in tokens becomes steps: K = 2 W / (START + full), W the
@@ -86,8 +86,14 @@ class BatchSchedule:
     def global_batch(self, step: int) -> int:
         if step >= self.steps:
             return self.full
-        grown = self.start + (self.full - self.start) * step // self.steps  # integers: no rounding to drift
-        return max(self.unit, grown // self.unit * self.unit)
+        return int(self._ramp(np.asarray([step], np.int64))[0])
+
+    def _ramp(self, step: np.ndarray) -> np.ndarray:
+        """start + (full - start) * step / steps to the nearest multiple of unit (halves up),
+        at least one unit, in integers: no float rounding to drift between machines."""
+        grown = self.start * self.steps + (self.full - self.start) * step  # the batch x steps
+        nearest = (2 * grown + self.unit * self.steps) // (2 * self.unit * self.steps)
+        return np.maximum(1, nearest) * self.unit
 
     def micro_batch(self, step: int) -> int:
         """Rows of each micro-batch on each rank at this step."""
@@ -96,10 +102,7 @@ class BatchSchedule:
     def cursor_after(self, steps: int) -> int:
         """Global samples consumed by the first `steps` steps (the data cursor after them)."""
         ramp = min(steps, self.steps)
-        k = np.arange(ramp, dtype=np.int64)
-        grown = self.start + (self.full - self.start) * k // self.steps
-        in_ramp = int(np.maximum(self.unit, grown // self.unit * self.unit).sum())
-        return in_ramp + (steps - ramp) * self.full
+        return int(self._ramp(np.arange(ramp, dtype=np.int64)).sum()) + (steps - ramp) * self.full
 
     def describe(self, tokens_per_sample: int) -> str:
         samples = self.cursor_after(self.steps)
