@@ -19,6 +19,11 @@ The generic loop (training/loop.py) asks a task for:
                                          checkpoint and compared on resume (training/run_dir.py)
   state()                                what goes into a checkpoint's "task" entry (the
                                          transformers class, config.json head fields, task options)
+and, where a task has them (pre-training):
+  batch_schedule()                       the global batch per step (data/schedules.BatchSchedule,
+                                         a batch-size warmup) or None
+  step_metrics(step)                     what metrics.jsonl records of a step beyond the loss
+                                         (a mask-rate schedule's rate)
 and exports through hf.export_hf with the task's architecture and head config.
 """
 from __future__ import annotations

@@ -2,8 +2,9 @@
 LM alone, on bertprep shards.
 
 It owns what the generic loop must not know: opening and checking the shard
-directories, the recipe (static or dynamic masks, data/recipes.py; the objective the
-shards can serve), the model (a preset, --init-from any BERT, or a checkpoint to
+directories, the recipe (static or dynamic masks, data/recipes.py, and their rate's
+schedule; the objective the shards can serve; a batch-size warmup, data/schedules.py),
+the model (a preset, --init-from any BERT, or a checkpoint to
 resume), MLM/pair statistics, the FLOP count of a (B, T, P) batch, held-out MLM/pair
 accuracy (always on the held-out shards' own static masks, so recipes compare alike),
 and the transformers class the run exports as (BertForPreTraining, or BertForMaskedLM
