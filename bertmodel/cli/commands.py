@@ -57,7 +57,7 @@ def _opt(name: str, **kwargs):
 @_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm); "
       "stable-adamw's is per step relative to the peak lr (ModernBERT: 1e-5).")
 @_opt("--adam-betas", type=(click.FloatRange(0, 1, max_open=True), click.FloatRange(0, 1, max_open=True)),
-      help="The optimizer's two betas, e.g. 0.9 0.98 (ModernBERT).")
+      metavar="B1 B2", help="The optimizer's two betas, e.g. 0.9 0.98 (ModernBERT).")
 @_opt("--adam-eps", type=click.FloatRange(min=0, min_open=True), help="The optimizer's epsilon.")
 @_opt("--clip-grad", type=click.FloatRange(min=0), help="Clip the global gradient norm (0: off) [default: 1.0; 0 "
       "with stable-adamw, whose per-tensor clipping replaces it].")
