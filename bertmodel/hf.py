@@ -36,6 +36,7 @@ from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
+from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight")
 TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
@@ -81,6 +82,15 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         return
     for name, path in tokenizer.files.items():
         shutil.copyfile(path, out_dir / name)
+    lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
+    strip = lower if tokenizer.strip_accents is None else bool(tokenizer.strip_accents)
+    if "tokenizer.json" not in tokenizer.files and "vocab.txt" in tokenizer.files:
+        # transformers' AutoTokenizer builds some models' tokenizers (ModernBERT's among
+        # them) from tokenizer.json alone, whatever tokenizer_config.json's class says:
+        # from a bare vocab.txt it fails ("Couldn't instantiate the backend tokenizer").
+        # Write the pipeline bertprep's loader builds from it, with the model's casing.
+        loaded = load_bert_tokenizer(tokenizer.files["vocab.txt"], lowercase=lower, strip_accents=strip)
+        (out_dir / "tokenizer.json").write_text(loaded.tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
     if "tokenizer_config.json" in tokenizer.files:
         # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
         # (AutoTokenizer truncates to model_max_length).
@@ -89,8 +99,6 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
             config["model_max_length"] = max_len
             (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     else:
-        lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
-        strip = lower if tokenizer.strip_accents is None else bool(tokenizer.strip_accents)
         # strip_accents written out: transformers' BertTokenizer rebuilds its normalizer
         # from these two, and a lower-cased model trained with accents kept (non-Latin
         # text) must not have them stripped.

@@ -18,6 +18,7 @@ from bertmodel.hf import export_hf, load_into, load_pretrained
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.shards import open_shard_dir, tokenizer_info
 from bertmodel.data.synthetic import SHARED, build_corpus_shards, small_shard_dir
+from bertprep.tokenizer import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 DATA = SHARED / "data"
@@ -171,3 +172,26 @@ def test_a_bare_vocab_is_exported_cased_or_not_as_it_was_read(tmp_path, vocab, l
     assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is lower
     loaded = transformers.AutoTokenizer.from_pretrained(out)
     assert (loaded.tokenize("Paris")[0] == "paris") is lower
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modernbert"])
+def test_a_bare_vocab_export_loads_in_autotokenizer_with_our_ids(tmp_path, architecture):
+    """transformers builds a ModernBERT directory's tokenizer from tokenizer.json alone
+    (tokenizer_config.json's BertTokenizer is not consulted), so an export from a bare
+    vocab.txt must carry one: AutoTokenizer and our loader give the same ids."""
+    from bertmodel.model import ModernBertConfig, head_class
+
+    path = SHARED / "data" / "bert-base-uncased-vocab.txt"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (the shared data)")
+    tok = tokenizer_info(path)
+    if architecture == "bert":
+        model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size))
+    else:
+        config = ModernBertConfig.preset("tiny", vocab_size=tok.vocab_size)
+        model = head_class(config, "mlm")(config)
+    out = export_hf(model, tmp_path / "hf", tokenizer=tok)
+    loaded = transformers.AutoTokenizer.from_pretrained(out)
+    text = "Héllo, WORLD: the café's naïve résumé, 2,048 tokens."
+    ours = load_tokenizer(path).tokenizer.encode(text)
+    assert loaded(text)["input_ids"] == ours.ids
