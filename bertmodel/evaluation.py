@@ -2,11 +2,13 @@
 hf/, the best model) or any exported directory of ours or of transformers.
 
 Prediction takes texts, questions and contexts, or a file of them (`predict_file`): any
-table format `data/tables.py` reads, in the columns the run was trained on (or "text" and
-"text_pair"; "question", "context" and an optional "id" for QA), or SQuAD JSON.
+table format `data/tables.py` reads, in the columns the run was trained on (or, for a
+classifier, the usual names as finetune finds them, e.g. "text" and "text_pair";
+"question", "context" and an optional "id" for QA), or SQuAD JSON.
 
 Evaluation reads the data options the run was trained with (bertmodel_task.json beside
-config.json) unless told otherwise, prints the task's metrics and writes predictions:
+config.json) unless told otherwise (a classifier's data without the run's text column is
+read by the usual names), prints the task's metrics and writes predictions:
 predictions.jsonl (classification) or predictions.json + nbest_predictions.json in the
 official SQuAD format (QA).
 """
@@ -60,6 +62,8 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     if not read_validation:
         saved.update(validation=None, dataset=None)
     fields = {k: v for k, v in saved.items() if k in FinetuneConfig.__dataclass_fields__}
+    # The run's text columns where the data has them, else the usual names; --text-column wins.
+    fields["run_columns"] = options.get("text_column") is None
     cfg = FinetuneConfig(task=task_name, model=str(directory), out=str(directory), **fields)
     d = parallel.Dist(device=torch.device(parallel.resolve_device(device)))
     log = log or (lambda *a: None)
@@ -185,8 +189,8 @@ def predict_file(model, path, device: str = "cpu", unpad: str = "auto", warn=Non
                  max_seq_length: int | None = None) -> list[dict]:
     """One prediction record per record of `path` (JSONL, CSV, TSV, Parquet, a save_to_disk
     dir; for QA also SQuAD JSON, answers optional), in order: predict_texts' records for a
-    classifier (text in the run's --text-column, or "text"; its pair in the run's
-    --text-pair-column, or "text_pair"), predict_answers' for a QA model ("question",
+    classifier (text in the run's --text-column, its pair in its --text-pair-column, or
+    the usual names: data/tables.TEXT_LAYOUTS), predict_answers' for a QA model ("question",
     "context"; "id", when the file has one, goes first in each record). `warn` and
     `max_seq_length` as predict_texts'."""
     task, net, d = _setup(model, {"max_seq_length": max_seq_length}, device, read_validation=False, unpad=unpad)
@@ -199,7 +203,8 @@ def predict_file(model, path, device: str = "cpu", unpad: str = "auto", warn=Non
     if _is_choice(task):  # the run's context, question, choices (and label, as "gold") columns
         return task.predict_table(net, d, _open_table(path, header=not task.cfg.no_header), warn)
     texts, pairs, pair_column = _read_texts(task, path)
-    _check_pairing(model, task, pairs is not None, warn, f"{path} has no {pair_column!r} column")
+    _check_pairing(model, task, pairs is not None, warn,
+                   f"{path} has no {pair_column!r} column" if pair_column else f"{path} has no text pair column")
     return _classify(task, net, d, texts, pairs, warn)
 
 
@@ -316,15 +321,18 @@ def _open_table(path, header: bool = True):
     return open_table(path, header=header, file_format="jsonl" if jsonl else None)
 
 
-def _read_texts(task, path) -> tuple[list[str], list[str] | None, str]:
-    """(texts, pairs or None, the pair column looked for) of a file to classify."""
+def _read_texts(task, path) -> tuple[list[str], list[str] | None, str | None]:
+    """(texts, pairs or None, the pair column looked for) of a file to classify: the
+    run's columns where the file has its text column, else the usual names, as evaluate
+    reads them (data/tables.text_columns)."""
+    from bertmodel.data.tables import USUAL_TEXT_COLUMNS, text_columns
+
     cfg = task.cfg
     table = _open_table(path, header=not cfg.no_header)
-    text_column, pair_column = cfg.text_column, cfg.text_pair_column
-    if not table.has(text_column) and table.has("text"):
-        text_column, pair_column = "text", "text_pair"
     # Not the table reader's --no-header hint: predict reads files as the run read its own.
-    table.hint = f" (predict reads the run's text column, {cfg.text_column!r}, or one named 'text')"
+    table.hint = f" (predict reads the run's text column, {cfg.text_column!r}, or the usual {USUAL_TEXT_COLUMNS})"
+    columns = text_columns(table, cfg.text_column, cfg.text_pair_column, fallback=True)
+    text_column, pair_column = columns.text, columns.pair
     texts = table.texts(text_column, blank_ok=True)
     if pair_column is None or not table.has(pair_column):
         return texts, None, pair_column

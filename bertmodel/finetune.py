@@ -54,8 +54,16 @@ class FinetuneConfig(LoopConfig):
     dataset_config: str | None = None
     train_split: str | None = "train"
     validation_split: str | None = "validation"
-    text_column: str = "sentence"
+    text_column: str | None = None
+    """classify: the column holding the text; None: found by name with its pair, the first of
+    sentence1/sentence2, question1/question2, premise/hypothesis, question/sentence,
+    question/context, text/text_pair, sentence, text (data/tables.TEXT_LAYOUTS; run_glue's names)."""
     text_pair_column: str | None = None
+    """classify: the column holding the second text of a pair (None: single texts, or the pair found
+    with the text column)."""
+    run_columns: bool = False
+    """evaluate and predict: text_column and text_pair_column are the trained run's own, read where the
+    data has that text column; other data is read by the usual names. Not a finetune option."""
     label_column: str = "label"
     no_header: bool = False
     """TSV/CSV without a header line: columns are then 0-based indices (e.g. CoLA: text 3, label 1)."""

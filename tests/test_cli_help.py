@@ -89,7 +89,7 @@ def test_task_options_keep_their_defaults_and_the_help_shows_them():
              for name in ("classify", "qa")}
     assert {k: given["classify"][k] for k in ("text_column", "label_column", "text_pair_column", "no_header",
                                               "num_labels", "max_seq_length")} == {
-        "text_column": "sentence", "label_column": "label", "text_pair_column": None, "no_header": False,
+        "text_column": None, "label_column": "label", "text_pair_column": None, "no_header": False,
         "num_labels": None, "max_seq_length": None}
     assert {k: given["qa"][k] for k in ("doc_stride", "max_answer_length", "max_query_length", "n_best",
                                         "null_threshold", "version_2", "max_seq_length")} == {

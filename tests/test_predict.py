@@ -174,25 +174,26 @@ def test_predict_file_of_a_saved_dataset(pair_run, tmp_path):
 
 def test_predict_file_out_writes_jsonl_and_keeps_an_existing_file(pair_run, tmp_path):
     given, out = write_pairs(tmp_path / "pairs.tsv"), tmp_path / "predictions.jsonl"
-    result = invoke("predict", pair_run, "--file", given, "--out", out)
+    result = invoke("predict", pair_run, "--file", given, "--out", out, "--no-progress")
     assert result.exit_code == 0 and result.stdout == "" and result.stderr == f"predictions: {out} (3 records)\n"
     assert [json.loads(line) for line in out.read_text().splitlines()] == predicted(
         invoke("predict", pair_run, "--file", given))
     before = out.read_bytes()
-    refused(invoke("predict", pair_run, "--file", given, "--out", out),
+    refused(invoke("predict", pair_run, "--file", given, "--out", out, "--no-progress"),
             f"{out}: already exists; pass --overwrite to replace it")
     assert out.read_bytes() == before
     assert invoke("predict", pair_run, "--file", given, "--out", out, "--overwrite").exit_code == 0
 
 
 def test_predict_file_bad_input_is_one_line_naming_the_file(pair_run, qa_run, tmp_path):
-    other = write_pairs(tmp_path / "other.tsv", "premise", "hypothesis")
+    other = write_pairs(tmp_path / "other.tsv", "a", "b")
     refused(invoke("predict", pair_run, "--file", other),
-            f"{other}: no text column 'sentence1'; the columns are 'id', 'premise', 'hypothesis' (predict reads the "
-            "run's text column, 'sentence1', or one named 'text')")
+            f"{other}: no text column 'sentence1'; the columns are 'id', 'a', 'b' (predict reads the run's text "
+            "column, 'sentence1', or the usual sentence1 + sentence2, question1 + question2, premise + hypothesis, "
+            "question + sentence, question + context, text + text_pair, sentence, text)")
     refused(invoke("predict", qa_run, "--file", other),
-            f"{other}: no question column 'question'; the columns are 'id', 'premise', 'hypothesis' (predict reads "
-            "the questions from 'question', their contexts from 'context')")
+            f"{other}: no question column 'question'; the columns are 'id', 'a', 'b' (predict reads the questions "
+            "from 'question', their contexts from 'context')")
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "w1"}\n{"text": "w2\n')
     refused(invoke("predict", pair_run, "--file", broken),
@@ -259,7 +260,7 @@ def test_a_pair_model_given_single_texts_warns_and_the_reverse(pair_run, single_
                             "given single texts; pass --pair for each text\n")
     texts = tmp_path / "texts.tsv"
     write_tsv(texts, ("sentence1",), [("w1 w2",)])
-    assert invoke("predict", pair_run, "--file", texts).stderr == (
+    assert invoke("predict", pair_run, "--file", texts, "--no-progress").stderr == (
         f"warning: {pair_run} was trained on text pairs ('sentence1' + 'sentence2') but is given single texts; "
         f"{texts} has no 'sentence2' column\n")
     paired = invoke("predict", single_run, "w1 w2", "--pair", "w3")

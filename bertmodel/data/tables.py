@@ -17,6 +17,10 @@ Formats, chosen by suffix (or `file_format=`):
 - `.parquet`/`.pq`: pyarrow; a `datasets` ClassLabel stored in its metadata is honoured;
 - a directory: `datasets.load_from_disk` (a Dataset, or a DatasetDict and `split`).
 
+A classifier's text columns, when none is given, are found by name (`text_columns`,
+shared by finetune, evaluate and predict --file): the first of TEXT_LAYOUTS the table
+holds, pairs first.
+
 TSV and CSV have a header line by default. `header=False` reads header-less files
 (CoLA's raw `in_domain_*.tsv`: source, label, author's mark, sentence), with columns
 given as 0-based indices (`text_column=3, label_column=1`); every row must then have
@@ -46,6 +50,19 @@ SUFFIX_FORMATS = {".tsv": "tsv", ".tab": "tsv", ".csv": "csv", ".jsonl": "jsonl"
                   ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 FORMATS = ("tsv", "csv", "jsonl", "parquet", "dataset")
 
+# The (text, text pair) columns read when no --text-column is given, the first the table
+# holds: GLUE's pairs under the names transformers' run_glue.py keys them by
+# (task_to_keys: sentence1/sentence2 for MRPC, RTE, STS-B and WNLI, question1/question2
+# for QQP, premise/hypothesis for MNLI, question/sentence for QNLI), SQuAD-style
+# question/context, transformers' text/text_pair (what predict --file reads), then a
+# single text (SST-2's and CoLA's sentence, text). Pairs come first: QNLI's table also
+# has a sentence. run_glue falls back on the first two non-label columns; here a table
+# without these names is refused instead: its first columns are often an id or an index.
+TEXT_LAYOUTS: tuple[tuple[str, str | None], ...] = (
+    ("sentence1", "sentence2"), ("question1", "question2"), ("premise", "hypothesis"), ("question", "sentence"),
+    ("question", "context"), ("text", "text_pair"), ("sentence", None), ("text", None))
+USUAL_TEXT_COLUMNS = ", ".join(a if b is None else f"{a} + {b}" for a, b in TEXT_LAYOUTS)
+
 
 @dataclass
 class LabelledTexts:
@@ -55,6 +72,7 @@ class LabelledTexts:
     source: str  # the file or directory, or "name[config]:split" for a hub dataset
     label_names: list[str] | None = None  # class order the data declares (a datasets ClassLabel)
     line_numbers: np.ndarray | None = None  # (N,) 1-based line where each record starts (text files)
+    columns: "TextColumns | None" = None  # the text columns read, and whether they were found by name
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -63,7 +81,7 @@ class LabelledTexts:
         """The first n records."""
         cut = lambda values: None if values is None else values[:n]  # noqa: E731
         return LabelledTexts(self.texts[:n], cut(self.pairs), cut(self.labels), self.source, self.label_names,
-                             cut(self.line_numbers))
+                             cut(self.line_numbers), self.columns)
 
     def record(self, i: int) -> str:
         """How errors name record i: 'line 17' in a text file, 'row 16' in Arrow data."""
@@ -83,6 +101,11 @@ class Table:
     hint: str = ""  # appended to a missing-column error
     source: str = ""  # the file or directory, for messages
 
+    def listing(self) -> str:
+        """The columns as errors list them ("'a', 'b'"; a header-less file's first row kept short)."""
+        shown = ", ".join(repr(c) if len(str(c)) <= 40 else repr(str(c)[:40]) + "…" for c in self.columns[:30])
+        return shown + (f", … ({len(self.columns)} in all)" if len(self.columns) > 30 else "")
+
     def has(self, column: Column) -> bool:
         return column in self.columns or (isinstance(column, str) and column.isdigit()
                                           and int(column) in self.columns)
@@ -94,10 +117,8 @@ class Table:
             return column
         if isinstance(column, str) and column.isdigit() and int(column) in self.columns:
             return int(column)
-        # A header-less file read as if it had one shows its first row: keep that short.
-        shown = ", ".join(repr(c) if len(str(c)) <= 40 else repr(str(c)[:40]) + "…" for c in self.columns[:30])
-        more = f", … ({len(self.columns)} in all)" if len(self.columns) > 30 else ""
-        raise BertmodelError(f"{self.source}: no {role} column {column!r}; the columns are {shown}{more}"
+        # A header-less file read as if it had one shows its first row: listing() keeps it short.
+        raise BertmodelError(f"{self.source}: no {role} column {column!r}; the columns are {self.listing()}"
                              f"{self.hint}")
 
     def record(self, i: int) -> str:
@@ -110,12 +131,51 @@ class Table:
         return _texts(self.get(self.column(column, role)), column, self.source, self.record, blank_ok)
 
 
-def read_table(path, text_column: Column, text_pair_column: Column | None = None,
+@dataclass(frozen=True)
+class TextColumns:
+    """The columns a classifier reads: its text, its text pair (None: single texts), and
+    whether they were found by name (no --text-column given)."""
+
+    text: Column
+    pair: Column | None
+    found: bool
+
+    def describe(self) -> str:
+        """"text columns 'text' + 'text_pair' (found by name; ...)", as a run logs it."""
+        shown = repr(self.text) + (f" + {self.pair!r}" if self.pair is not None else "")
+        return f"text column{'s' if self.pair is not None else ''} {shown}" + (
+            " (found by name; --text-column chooses others)" if self.found else "")
+
+
+def text_columns(table: Table, text_column: Column | None = None, text_pair_column: Column | None = None,
+                 fallback: bool = False) -> TextColumns:
+    """The text (and pair) columns to read: `text_column` and `text_pair_column` as
+    given; with no text column, the first of TEXT_LAYOUTS the table holds (a given
+    `text_pair_column` then replaces the layout's pair). `fallback`: the given columns
+    are a trained run's own (evaluate, predict --file), read where the table has the
+    text column, else found by name. Names none: one line listing the table's columns."""
+    if text_column is not None and (not fallback or table.has(text_column)):
+        return TextColumns(text_column, text_pair_column, False)
+    for text, pair in TEXT_LAYOUTS:
+        if table.has(text) and (pair is None or table.has(pair)):
+            return TextColumns(text, pair if text_pair_column is None or fallback else text_pair_column, True)
+    if text_column is not None:  # the run's own column, and no usual one either
+        table.column(text_column, "text")
+    if table.columns and all(isinstance(c, int) for c in table.columns):
+        raise BertmodelError(f"{table.source}: no --text-column given and a file without a header has no column "
+                             "names; give --text-column as a 0-based index")
+    raise BertmodelError(f"{table.source}: no --text-column given and none of the usual text columns "
+                         f"({USUAL_TEXT_COLUMNS}); the columns are {table.listing()}{table.hint}")
+
+
+def read_table(path, text_column: Column | None = None, text_pair_column: Column | None = None,
                label_column: Column | None = "label", *, labels_required: bool = True,
                split: str | None = None, header: bool = True,
-               file_format: str | None = None) -> LabelledTexts:
+               file_format: str | None = None, fallback: bool = False) -> LabelledTexts:
     """Read a labelled table from a file or a `save_to_disk` directory.
 
+    `text_column=None`: the text (and pair) columns found by name (`text_columns`, as
+    with `fallback` for a text column the table lacks).
     `label_column=None` reads no labels; `labels_required=False` reads them when the
     column exists and gives `labels=None` when it does not (prediction-only data).
     `split` picks a split of a saved DatasetDict (ignored for a saved Dataset).
@@ -123,7 +183,7 @@ def read_table(path, text_column: Column, text_pair_column: Column | None = None
     format, an empty file, a missing column, a malformed record, a blank text or a blank
     label."""
     table = open_table(path, split=split, header=header, file_format=file_format)
-    return _select(table, table.source, text_column, text_pair_column, label_column, labels_required)
+    return _select(table, table.source, text_column, text_pair_column, label_column, labels_required, fallback)
 
 
 def open_table(path, *, split: str | None = None, header: bool = True, file_format: str | None = None) -> Table:
@@ -151,13 +211,13 @@ def open_table(path, *, split: str | None = None, header: bool = True, file_form
     return table
 
 
-def read_hub_dataset(name: str, text_column: Column, text_pair_column: Column | None = None,
+def read_hub_dataset(name: str, text_column: Column | None = None, text_pair_column: Column | None = None,
                      label_column: Column | None = "label", *, config: str | None = None,
                      split: str = "train", labels_required: bool = True,
-                     cache_dir: str | None = None) -> LabelledTexts:
-    """Read one split of `datasets.load_dataset(name, config, split=split)`."""
+                     cache_dir: str | None = None, fallback: bool = False) -> LabelledTexts:
+    """Read one split of `datasets.load_dataset(name, config, split=split)` (columns as read_table)."""
     table = open_hub_table(name, config=config, split=split, cache_dir=cache_dir)
-    return _select(table, table.source, text_column, text_pair_column, label_column, labels_required)
+    return _select(table, table.source, text_column, text_pair_column, label_column, labels_required, fallback)
 
 
 def open_hub_table(name: str, *, config: str | None = None, split: str = "train",
@@ -327,17 +387,18 @@ def _dataset_table(ds, source: str) -> Table:
 # -- columns and values ----------------------------------------------------------------
 
 def _select(table: Table, source: str, text_column, text_pair_column, label_column,
-            labels_required: bool) -> LabelledTexts:
+            labels_required: bool, fallback: bool = False) -> LabelledTexts:
     table.source = source
-    texts = table.texts(text_column)
-    pairs = table.texts(text_pair_column, "text-pair") if text_pair_column is not None else None
+    columns = text_columns(table, text_column, text_pair_column, fallback)
+    texts = table.texts(columns.text)
+    pairs = table.texts(columns.pair, "text-pair") if columns.pair is not None else None
     labels, label_names = None, None
     if label_column is not None and (labels_required or table.has(label_column)):
         column = table.column(label_column, "label")
         label_names = table.class_names.get(column)
         labels = _labels(table.get(column), label_column, source, table.record, label_names)
     return LabelledTexts(texts=texts, pairs=pairs, labels=labels, source=source,
-                         label_names=label_names, line_numbers=table.line_numbers)
+                         label_names=label_names, line_numbers=table.line_numbers, columns=columns)
 
 
 def _texts(values: list, column, source: str, record, blank_ok: bool = False) -> list[str]:

@@ -29,7 +29,7 @@ def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts |
     hub dataset), or None when none is given."""
     path = getattr(cfg, which)
     columns = dict(text_column=cfg.text_column, text_pair_column=cfg.text_pair_column,
-                   label_column=cfg.label_column, labels_required=labels_required)
+                   label_column=cfg.label_column, labels_required=labels_required, fallback=cfg.run_columns)
     split = getattr(cfg, f"{which}_split")
     if path:
         return cfg.first(read_table(path, split=split, header=not cfg.no_header, **columns), which)
@@ -81,11 +81,14 @@ class ClassificationTask(FinetuningTask):
             train = read_split(cfg, "train")
             if train is None:
                 raise BertmodelError("give the training data: --train FILE or --dataset NAME")
+            self._read_columns(train, log)
             label_space = LabelSpace.from_labels(train, cfg.num_labels)
             encoded = encode_examples(self.tok, train, label_space, cfg.max_seq_length)
             self.train_set = EncodedSet(encoded, self.pad, self.multiple)
         self.labels = label_space
         validation = read_split(cfg, "validation", labels_required=train is not None)
+        if train is None and validation is not None:
+            self._read_columns(validation, log)
         self.validation_texts = validation
         self.validation = None
         if validation is not None:
@@ -106,6 +109,14 @@ class ClassificationTask(FinetuningTask):
                 "--positive-label chooses the other")
         self.best_metric = best_metric(cfg.metric_for_best, "pearson" if self.labels.regression else "accuracy",
                                        self.metric_names())
+
+    def _read_columns(self, data: LabelledTexts, log) -> None:
+        """Say which text columns were found by name, and make them the run's options: the
+        validation data is read in the same ones, and checkpoints and the export record
+        the columns read (a resume compares them)."""
+        if data.columns.found:
+            log(f"{data.source}: read {data.columns.describe()}")
+        self.cfg.text_column, self.cfg.text_pair_column = data.columns.text, data.columns.pair
 
     def _positive_label(self, chosen) -> int | None:
         """The class binary F1 is computed for: --positive-label, else id 1 (the label 1 of
