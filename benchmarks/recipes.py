@@ -21,6 +21,20 @@ steps, and at equal time (the faster one run again with as many steps as fit in 
 slower one's wall time, its schedule fitted to them, as a time-budgeted run would be).
 
   python benchmarks/recipes.py --architectures --steps 3000 --work /tmp/recipes
+
+`--modern` compares the pieces of ModernBERT's recipe on ModernBERT mini (4 layers x
+256, GeGLU 384) on the same FULL-SENTENCES shards (MLM alone, dynamic masking, wsd with
+1-sqrt decay, warmup 5%, batch 32, betas 0.9 0.98, seed 1): AdamW (weight decay 0.01,
+global clipping at 1.0) against StableAdamW (fully decoupled weight decay 1e-5, no
+global clipping) at lr 1e-3 and 3e-3; a batch-size warmup (from a quarter of the batch
+over the first quarter of the samples) on and off; a mask-rate schedule (0.3, then 0.15
+over the last 20% of the steps) on and off, the last two with AdamW at 1e-3. Every run
+consumes the same samples (the batch-warmup run takes more, smaller steps to them), so
+each costs about the same CPU time; the minutes are measured and printed. Each model is
+then fine-tuned once on the demo's topic task (stdlib docstrings: which package a
+sentence documents; best dev accuracy over the epochs):
+
+  python benchmarks/recipes.py --modern --steps 1000 --work /tmp/recipes
 """
 from __future__ import annotations
 
@@ -94,11 +108,13 @@ def pretrain(shards: Path, run: Path, steps: int, args, held_out: Path, options:
                         "--no-progress", *options], check=True, capture_output=True, text=True)
     records = [json.loads(x) for x in records_path.read_text().splitlines()]
     train_records = [r for r in records if "loss" in r]
-    # samples_per_s over each logging interval: the interval's seconds are its samples / rate
+    # samples_per_s over each logging interval: the interval's seconds are its samples /
+    # rate (a batch-size warmup logs the samples consumed so far; else steps x batch)
     seconds, last = 0.0, 0
     for r in train_records:
-        seconds += (r["step"] - last) * args.batch_size / r["samples_per_s"]
-        last = r["step"]
+        done = r.get("samples", r["step"] * args.batch_size)
+        seconds += (done - last) / r["samples_per_s"]
+        last = done
     return [r for r in records if "eval_mlm_acc" in r][-1], seconds
 
 
@@ -133,6 +149,76 @@ def compare_architectures(args, train_text: list[Path], held_out: Path, vocab: P
               f"{secs / 60:>7.1f}")
 
 
+MODERN_OPTIONS = ["--architecture", "modernbert", "--preset", "mini", "--objective", "mlm", "--masking", "dynamic",
+                  "--schedule", "wsd", "--adam-betas", "0.9", "0.98"]
+ADAMW = ["--optimizer", "adamw", "--weight-decay", "0.01"]
+STABLE = ["--optimizer", "stable-adamw", "--weight-decay", "1e-5"]
+
+
+def modern_variants(args) -> list[tuple[str, int, list[str]]]:
+    """(name, steps, options) of each --modern run; every run consumes steps x batch samples."""
+    from bertmodel.data.schedules import BatchSchedule, BatchWarmup
+
+    rate = ["--mask-rate", "0.3"]
+    start = max(1, args.batch_size // 4)
+    # the warmup spans a quarter of the samples: K steps averaging (start + batch) / 2
+    ramp = max(1, round(2 * args.steps * args.batch_size / 4 / (start + args.batch_size)))
+    schedule = BatchSchedule.build(BatchWarmup(start, ramp, "steps"), args.batch_size, 1, 1)
+    budget = args.steps * args.batch_size
+    in_ramp = schedule.cursor_after(ramp)
+    warmup_steps = ramp + max(0, -(-(budget - in_ramp) // args.batch_size))  # to at least the same samples
+    return [
+        ("AdamW lr 1e-3", args.steps, [*ADAMW, "--lr", "1e-3", *rate]),
+        ("AdamW lr 3e-3", args.steps, [*ADAMW, "--lr", "3e-3", *rate]),
+        ("StableAdamW lr 1e-3", args.steps, [*STABLE, "--lr", "1e-3", *rate]),
+        ("StableAdamW lr 3e-3", args.steps, [*STABLE, "--lr", "3e-3", *rate]),
+        (f"AdamW 1e-3, batch warmup {start}->{args.batch_size}", warmup_steps,
+         [*ADAMW, "--lr", "1e-3", *rate, "--batch-size-warmup", f"{start}:{ramp}steps"]),
+        ("AdamW 1e-3, mask rate 0.3->0.15@80%", args.steps,
+         [*ADAMW, "--lr", "1e-3", "--mask-rate-schedule", "0.3:0.15@80%"]),
+    ]
+
+
+def finetune_topic(args, run: Path) -> float:
+    """Best dev accuracy of one fine-tune of `run` on the demo's topic task."""
+    from bertmodel.demo.task import write_topic_task
+
+    task = args.work / "topic-task"
+    if not (task / "dev.tsv").is_file():
+        write_topic_task(task)
+    out = run.parent / f"{run.name}-topic"
+    # Always run the command: a finished run says "nothing to do", a killed one resumes.
+    subprocess.run([sys.executable, "-m", "bertmodel.cli", "finetune", "classify", "--model", str(run),
+                    "--train", str(task / "train.tsv"), "--validation", str(task / "dev.tsv"), "--out", str(out),
+                    "--epochs", str(args.finetune_epochs), "--batch-size", "32", "--lr", str(args.finetune_lr),
+                    "--seed", "1", "--max-seq-length", "128", "--device", "cpu", "--no-progress"],
+                   check=True, capture_output=True, text=True)
+    return json.loads((out / "best.json").read_text())["value"]
+
+
+def compare_modern(args, train_text: list[Path], held_out: Path, vocab: Path, tag: str) -> None:
+    shards = build(train_text, args.work / f"train-none{tag}", "none", 5, vocab)
+    rows = []
+    for name, steps, options in modern_variants(args):
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        run = args.work / f"modern-{slug}-{args.steps}x{args.batch_size}{tag}"
+        evaluation, seconds = pretrain(shards, run, steps, args, held_out, [*MODERN_OPTIONS, *options])
+        topic = finetune_topic(args, run)
+        rows.append((name, steps, evaluation, seconds, topic))
+        print(json.dumps({"variant": name, "steps": steps, "seconds": round(seconds, 1), "topic_dev_acc": topic,
+                          **{k: v for k, v in evaluation.items() if k.startswith("eval_")}}), flush=True)
+    print(f"\nModernBERT mini (4 x 256), FULL-SENTENCES shards, MLM, dynamic masking, wsd 1-sqrt, warmup 5%, "
+          f"betas 0.9 0.98, seed 1, {args.steps:,} x {args.batch_size} samples each, vocabulary "
+          f"{args.vocab_size or 'bert-base-uncased'}; held-out: wiki_02 NSP shards, their 15% static masks, "
+          f"{args.eval_batches} batches; topic: one fine-tune ({args.finetune_epochs} epochs, lr {args.finetune_lr}, "
+          "best dev accuracy); minutes = the trainer's step time")
+    print(f"{'variant':42} {'steps':>6} {'held-out mlm_acc':>16} {'held-out mlm_loss':>17} {'topic acc':>9} "
+          f"{'minutes':>7}")
+    for name, n, ev, secs, topic in rows:
+        print(f"{name:42} {n:>6} {ev['eval_mlm_acc']:>16.3f} {ev['eval_mlm_loss']:>17.3f} {topic:>9.3f} "
+              f"{secs / 60:>7.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3000)
@@ -142,6 +228,11 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="recipe names to run (default: all)")
     ap.add_argument("--architectures", action="store_true",
                     help="compare BERT and ModernBERT of the same width and depth (equal steps, equal time)")
+    ap.add_argument("--modern", action="store_true",
+                    help="compare ModernBERT's recipe pieces on ModernBERT mini: AdamW vs StableAdamW at lr 1e-3 and "
+                         "3e-3, batch-size warmup on/off, mask-rate schedule on/off, with one fine-tune each")
+    ap.add_argument("--finetune-epochs", type=float, default=3, help="--modern: epochs of each topic fine-tune")
+    ap.add_argument("--finetune-lr", type=float, default=2e-4, help="--modern: lr of each topic fine-tune")
     ap.add_argument("--vocab-size", type=int, default=8192,
                     help="train a vocabulary of this size on the training text (0: bert-base-uncased's)")
     args = ap.parse_args()
@@ -156,6 +247,9 @@ def main() -> None:
                      vocab)
     if args.architectures:
         compare_architectures(args, train_text, held_out, vocab, tag)
+        return
+    if args.modern:
+        compare_modern(args, train_text, held_out, vocab, tag)
         return
     results = []
     for name, pairs, options in RECIPES:
