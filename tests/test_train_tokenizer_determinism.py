@@ -6,6 +6,7 @@ few different tokens (LIBRARY-NOTES.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -19,11 +20,33 @@ COMPARED = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tok
 
 
 def _train(out: pathlib.Path, *options: str) -> None:
+    _train_on(out, CORPUS, *options)
+
+
+def _train_on(out: pathlib.Path, corpus: list, *options: str) -> None:
     command = [sys.executable, "-c", "from bertprep.cli import main; main()", "train-tokenizer",
-               *map(str, CORPUS), "--out", str(out), "--quiet", *options]
+               *map(str, corpus), "--out", str(out), "--quiet", *options]
     env = {**os.environ, "PYTHONHASHSEED": "random"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(not (DATA / "korean").is_dir(), reason=f"shared Korean data not found at {DATA}")
+def test_korean_with_coverage_alphabet_and_scripts_is_byte_identical(tmp_path):
+    # Auto normalisation, a coverage alphabet of ~1,000 syllables and the KS X 1001 ones.
+    lines, size = [], 0
+    with open(DATA / "korean" / "petitions" / "petitions_2019-05", encoding="utf-8") as handle:
+        while size < 300_000:
+            lines.append(handle.readline())
+            size += len(lines[-1].encode("utf-8"))
+    corpus = tmp_path / "petitions.jsonl"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    for out in ("a", "b"):
+        _train_on(tmp_path / out, [corpus], "--text-field", "content", "--vocab-size", "16000")
+    for name in COMPARED:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    report = json.loads((tmp_path / "a" / "training.json").read_text(encoding="utf-8"))["report"]
+    assert report["normalisation"]["strip_accents"] is False and report["alphabet_completed"]["Hangul"] > 0
 
 
 @pytest.mark.skipif(not CORPUS[0].is_file(), reason=f"shared data not found at {DATA}")

@@ -27,6 +27,7 @@ import numpy as np
 from bertmodel.data.qa_features import QAFeatures
 from bertmodel.data.squad import SquadExample
 from bertmodel.errors import BertmodelError
+from bertprep.tokenizer import span_end
 
 
 def decode_predictions(examples: list[SquadExample], features: QAFeatures, start_logits, end_logits,
@@ -112,7 +113,8 @@ def _distinct_texts(context: str, features: QAFeatures, candidates, n_best: int)
             text = ""
         else:
             offsets = features.window(w)["offsets"]
-            text = context[int(offsets[a, 0]):int(offsets[b, 1])]
+            # Past the marks accent stripping deleted: the answer keeps its last letter's.
+            text = context[int(offsets[a, 0]):span_end(context, int(offsets[b, 1]))]
         if text in seen:
             continue
         seen.add(text)

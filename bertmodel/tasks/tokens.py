@@ -25,6 +25,7 @@ from bertmodel.eval.entities import entity_metrics, to_iob2
 from bertmodel.model import HeadModel
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.training.metrics import encoder_flops
+from bertprep.tokenizer import span_end
 from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, forward_all, split_identity,
                                         start_from)
 
@@ -395,4 +396,5 @@ def text_words(tok, text: str) -> list[tuple[int, int]]:
             words[-1][1] = end
         else:
             words.append([start, end])
-    return [(s, e) for s, e in words]
+    # Past the marks accent stripping deleted, so an entity is the user's whole word.
+    return [(s, span_end(text, e)) for s, e in words]

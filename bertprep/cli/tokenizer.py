@@ -38,6 +38,10 @@ ENCODE_BATCH_LINES = 4096
                    f"alphabet; the rest become [UNK] [default: {DEFAULTS.character_coverage}].")
 @click.option("--limit-alphabet", type=click.IntRange(min=1), default=None, metavar="N",
               help="Instead of --character-coverage: keep exactly the N most frequent characters.")
+@click.option("--complete-scripts/--sample-alphabet", default=DEFAULTS.complete_scripts, show_default=True,
+              help="Also give a token to the everyday characters of each main script that the sample lacks "
+                   "(Hangul: KS X 1001's 2,350 syllables and the compatibility jamo; Indic, Thai, Arabic, Hebrew, "
+                   "kana: their Unicode block), or keep the sample's characters only.")
 @click.option("--unused", type=click.IntRange(min=0), default=DEFAULTS.unused, show_default=True, metavar="N",
               help="Reserve [unused0]..[unused{N-1}] right after [PAD] (Google's uncased vocab: 99).")
 @click.option("--max-chars-per-word", type=click.IntRange(min=1), default=DEFAULTS.max_chars_per_word,
@@ -54,8 +58,8 @@ ENCODE_BATCH_LINES = 4096
 def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences,
                             document_separator, mix, out_dir,
                             vocab_size, lowercase, strip_accents, min_frequency, character_coverage,
-                            limit_alphabet, unused, max_chars_per_word, sample_bytes, heldout_fraction,
-                            overwrite, progress):
+                            limit_alphabet, complete_scripts, unused, max_chars_per_word, sample_bytes,
+                            heldout_fraction, overwrite, progress):
     """Train a BERT WordPiece vocabulary on INPUT... and write it to TOKDIR.
 
     Training is deterministic: the same corpus and options give byte-identical files.
@@ -75,7 +79,8 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
     config = TokenizerTrainingConfig(
         vocab_size=vocab_size, lowercase=lowercase, strip_accents=strip_accents, min_frequency=min_frequency,
         character_coverage=DEFAULTS.character_coverage if character_coverage is None else character_coverage,
-        limit_alphabet=limit_alphabet, unused=unused, max_chars_per_word=max_chars_per_word,
+        limit_alphabet=limit_alphabet, complete_scripts=complete_scripts, unused=unused,
+        max_chars_per_word=max_chars_per_word,
         sample_bytes=sample_bytes, heldout_fraction=heldout_fraction,
     )
     stats = ReadStats()
@@ -94,14 +99,26 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
         click.echo(f"trained on {format_size(report.training_bytes)} "
                    f"({report.training_documents:,} documents)")
     click.echo(f"vocabulary: {report.vocab_size:,} entries (requested {report.requested_vocab_size:,}), "
-               f"alphabet {report.alphabet_size:,} characters covering {1 - report.alphabet_dropped_share:.3%} "
-               f"of character occurrences ({report.alphabet_dropped:,} rarer left out: [UNK]) -> {out_dir}")
+               f"alphabet {report.alphabet_size:,} characters -> {out_dir}")
+    click.echo(_alphabet_line(report))
     if report.unk_rate is not None:
         click.echo(f"[UNK] rate {report.unk_rate:.4%}, {report.tokens_per_word:.3f} tokens/word "
                    f"on {report.heldout_words:,} {report.measured_on} words")
     click.echo(f"{report.seconds:,.1f} s, {report.mb_per_second:,.2f} MB/s")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
+
+
+def _alphabet_line(report) -> str:
+    """What the alphabet covers: the sample's occurrences, and the scripts' repertoires."""
+    line = (f"alphabet: {1 - report.alphabet_dropped_share:.3%} of the sample's character occurrences "
+            f"({report.alphabet_dropped:,} rarer characters left out: [UNK])")
+    added = ", ".join(f"{n:,} {script}" for script, n in report.alphabet_completed.items())
+    if added:
+        line += f"; everyday characters the sample lacks added: {added}"
+    if report.alphabet_not_completed:
+        line += f"; no room for the repertoire of {', '.join(report.alphabet_not_completed)} (raise --vocab-size)"
+    return line
 
 
 @click.command("encode")

@@ -4,7 +4,7 @@ guards (guards.py), the normalisation per script (scripts.py) and the alphabet
 """
 from bertprep.tokenizer.encoding import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer.files import (LoadedTokenizer, SPECIAL_TOKENS, SpecialIds, TOKENIZER_FILES, build_tokenizer,
-                                      infer_lowercase, load_tokenizer, resolve_strip_accents)
+                                      infer_lowercase, load_tokenizer, resolve_strip_accents, span_end)
 from bertprep.tokenizer.guards import LongWords, UNCASED_GROWTH, WORD_BOUNDARIES
 from bertprep.tokenizer.scripts import Normalisation, choose_normalisation, script_of
 from bertprep.tokenizer.training import TokenizerTrainingConfig, train_tokenizer
@@ -12,4 +12,4 @@ from bertprep.tokenizer.training import TokenizerTrainingConfig, train_tokenizer
 __all__ = ["LoadedTokenizer", "LongWords", "Normalisation", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds",
            "TOKENIZER_FILES", "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer",
            "choose_normalisation", "infer_lowercase", "load_tokenizer", "nanotoken_available",
-           "resolve_strip_accents", "script_of", "train_tokenizer"]
+           "resolve_strip_accents", "script_of", "span_end", "train_tokenizer"]

@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import unicodedata
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -147,6 +148,15 @@ class LoadedTokenizer:
         for name, text in contents.items():
             write_bytes_atomic(directory / name, text.encode("utf-8"))
         return list(contents)
+
+
+def span_end(text: str, end: int) -> int:
+    """`end` moved past the combining marks right after it: accent stripping deletes them
+    (a Devanagari anusvara, an Arabic haraka), so the last token's offsets stop before
+    them and a span cut from the user's text at `end` would lose the letter's marks."""
+    while end < len(text) and unicodedata.category(text[end])[0] == "M":
+        end += 1
+    return end
 
 
 def build_tokenizer(vocab: list[str], lowercase: bool,

@@ -67,8 +67,8 @@ from bertprep.corpus import BottomSample
 from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
 from bertprep.tokenizer.files import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
-from bertprep.tokenizer.alphabet import (choose_alphabet, fit_alphabet, nonzero_counts, normalized_char_counts,
-                                         raw_char_counts)
+from bertprep.tokenizer.alphabet import (choose_alphabet, complete_alphabet, fit_alphabet, nonzero_counts,
+                                         normalized_char_counts, raw_char_counts)
 from bertprep.tokenizer.guards import LongWords, train_interruptibly
 from bertprep.tokenizer.scripts import Normalisation, bert_normalizer, choose_normalisation
 
@@ -84,6 +84,7 @@ class TokenizerTrainingConfig:
     min_frequency: int = 2  # a merge needs a pair seen at least this often
     character_coverage: float = 0.9995  # the alphabet covers this share of character occurrences
     limit_alphabet: int | None = None  # instead: exactly the N most frequent characters
+    complete_scripts: bool = True  # add each main script's everyday characters (alphabet.py)
     unused: int = 0  # reserved [unused0..N-1] slots after [PAD], as Google's vocab
     max_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD  # longer words -> [UNK]
     sample_bytes: int | None = None  # train on a deterministic sample of this many bytes
@@ -124,6 +125,8 @@ class TrainingReport:
     alphabet_size: int  # initial characters kept
     alphabet_dropped: int  # characters left out by the coverage or limit (or to fit vocab_size)
     alphabet_dropped_share: float  # their share of the character occurrences inside words
+    alphabet_completed: dict  # script -> characters its everyday repertoire added (alphabet.py)
+    alphabet_not_completed: list  # scripts whose repertoire did not fit in the vocabulary
     unk_rate: float | None  # [UNK] tokens / all tokens on the measured text
     tokens_per_word: float | None
     heldout_words: int  # words measured (pre-tokenizer words)
@@ -176,7 +179,10 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
         char_counts = normalized_char_counts(raw_char_counts(split.train_path), normalizer, pre_tokenizer)
         alphabet = choose_alphabet(char_counts, config.character_coverage, config.limit_alphabet,
                                    normalizer, pre_tokenizer)
-        fit_dropped = fit_alphabet(alphabet, char_counts, config.vocab_size - len(config.initial_specials()))
+        room = config.vocab_size - len(config.initial_specials())
+        fit_dropped = fit_alphabet(alphabet, char_counts, room)
+        if config.complete_scripts and config.limit_alphabet is None:
+            complete_alphabet(alphabet, norm.scripts, config.vocab_size, room, normalizer, pre_tokenizer)
         if fit_dropped:
             warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet.characters):,} "
                             f"initial characters: {fit_dropped:,} rare characters left out (they encode as [UNK])")
@@ -191,7 +197,8 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
         report = TrainingReport(
             vocab_size=len(vocab), requested_vocab_size=config.vocab_size, shortfall=max(shortfall, 0),
             alphabet_size=len(alphabet.characters), alphabet_dropped=alphabet.dropped,
-            alphabet_dropped_share=alphabet.dropped_share,
+            alphabet_dropped_share=alphabet.dropped_share, alphabet_completed=dict(alphabet.completed),
+            alphabet_not_completed=list(alphabet.not_completed),
             unk_rate=unk_rate, tokens_per_word=tokens_per_word, heldout_words=words,
             heldout_documents=split.heldout_documents, measured_on=split.measured_on,
             corpus_bytes=split.corpus_bytes, corpus_documents=split.corpus_documents,
