@@ -296,7 +296,7 @@ def test_forced_strip_accents_on_korean_warns_on_stderr(tmp_path):
 def test_character_coverage_keeps_frequent_characters_and_limit_overrides(tmp_path):
     # 100 distinct characters, "a" 901 times: a 0.9 coverage keeps "a" alone.
     text = " ".join(["a"] * 901 + [chr(0xAC00 + i) for i in range(99)])
-    config = dict(vocab_size=400, heldout_fraction=0, min_frequency=1, complete_scripts=False)
+    config = dict(vocab_size=400, heldout_fraction=0, min_frequency=1, complete_scripts=False, min_alphabet=0)
     report = train_tokenizer([[text]], TokenizerTrainingConfig(character_coverage=0.9, **config), tmp_path / "a",
                              progress=False)
     assert report.alphabet_size == 1 and report.alphabet_dropped == 99
@@ -307,6 +307,11 @@ def test_character_coverage_keeps_frequent_characters_and_limit_overrides(tmp_pa
     limited = train_tokenizer([[text]], TokenizerTrainingConfig(limit_alphabet=5, **config), tmp_path / "c",
                               progress=False)
     assert limited.alphabet_size == 5
+    # By default an alphabet of up to 1,000 characters is kept whole, whatever the coverage.
+    floor = train_tokenizer([[text]], TokenizerTrainingConfig(character_coverage=0.9, vocab_size=400, heldout_fraction=0,
+                                                              min_frequency=1, complete_scripts=False),
+                            tmp_path / "e", progress=False)
+    assert floor.alphabet_size == 100
     (tmp_path / "x.txt").write_text(text + "\n", encoding="utf-8")
     both = CliRunner().invoke(main, ["train-tokenizer", str(tmp_path / "x.txt"), "--out", str(tmp_path / "d"),
                                      "--character-coverage", "0.9", "--limit-alphabet", "5"])

@@ -35,7 +35,8 @@ ENCODE_BATCH_LINES = 4096
               help="A merge needs a pair of pieces seen at least this often.")
 @click.option("--character-coverage", type=click.FloatRange(0, 1, min_open=True), default=None,
               help=f"Keep the most frequent characters covering this share of character occurrences as the "
-                   f"alphabet; the rest become [UNK] [default: {DEFAULTS.character_coverage}].")
+                   f"alphabet, and never fewer than the {DEFAULTS.min_alphabet:,} most frequent; the rest become "
+                   f"[UNK] [default: {DEFAULTS.character_coverage}].")
 @click.option("--limit-alphabet", type=click.IntRange(min=1), default=None, metavar="N",
               help="Instead of --character-coverage: keep exactly the N most frequent characters.")
 @click.option("--complete-scripts/--sample-alphabet", default=DEFAULTS.complete_scripts, show_default=True,

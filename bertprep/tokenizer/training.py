@@ -83,6 +83,7 @@ class TokenizerTrainingConfig:
     strip_accents: bool | None = None  # None: auto, from the sample's scripts (scripts.py)
     min_frequency: int = 2  # a merge needs a pair seen at least this often
     character_coverage: float = 0.9995  # the alphabet covers this share of character occurrences
+    min_alphabet: int = 1000  # ... and holds at least this many characters (the most frequent)
     limit_alphabet: int | None = None  # instead: exactly the N most frequent characters
     complete_scripts: bool = True  # add each main script's everyday characters (alphabet.py)
     unused: int = 0  # reserved [unused0..N-1] slots after [PAD], as Google's vocab
@@ -98,6 +99,7 @@ class TokenizerTrainingConfig:
             (self.min_frequency >= 0, "--min-frequency: cannot be negative"),
             (self.limit_alphabet is None or self.limit_alphabet >= 1, "--limit-alphabet: must be at least 1"),
             (0.0 < self.character_coverage <= 1.0, "--character-coverage: must be in (0, 1]"),
+            (self.min_alphabet >= 0, "min_alphabet cannot be negative"),
             (self.unused >= 0, "--unused: cannot be negative"),
             (self.max_chars_per_word >= 1, "--max-chars-per-word: must be at least 1"),
             (self.sample_bytes is None or self.sample_bytes > 0, "--sample-bytes: must be positive"),
@@ -178,7 +180,7 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
         warnings = list(split.warnings) + norm.warnings + ([long_words.warning()] if long_words.dropped else [])
         char_counts = normalized_char_counts(raw_char_counts(split.train_path), normalizer, pre_tokenizer)
         alphabet = choose_alphabet(char_counts, config.character_coverage, config.limit_alphabet,
-                                   normalizer, pre_tokenizer)
+                                   normalizer, pre_tokenizer, config.min_alphabet)
         room = config.vocab_size - len(config.initial_specials())
         fit_dropped = fit_alphabet(alphabet, char_counts, room)
         if config.complete_scripts and config.limit_alphabet is None:
