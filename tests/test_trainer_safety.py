@@ -19,6 +19,7 @@ from bertmodel.hf import EXPORT_FILES, export_hf, load_pretrained
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.synthetic import small_shard_dir
 from bertprep.storage import DirectoryLock
+from bertprep.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +109,17 @@ def test_overwrite_replaces_an_earlier_export_and_what_only_it_wrote(run, tmp_pa
     result = CliRunner().invoke(main, ["export-hf", str(run), str(out)])
     assert result.exit_code == 1
     assert result.output == f"Error: {out}: holds an earlier export; pass --overwrite to replace it\n"
-    # A bare vocab.txt as the tokenizer: this export writes no tokenizer.json, and the
-    # earlier one's must not stay behind (AutoTokenizer would read it first).
+    # A bare vocab.txt as the tokenizer: this export builds its tokenizer.json from it
+    # (AutoTokenizer reads that file first), and the earlier one's must not stay behind.
+    (out / "tokenizer.json").write_text("{}")  # what only the earlier export holds
     result = CliRunner().invoke(main, ["export-hf", str(run), str(out), "--overwrite", "--tokenizer",
                                        str(shards / "vocab.txt")])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["bertmodel_task.json", "config.json", "model.safetensors",
-                                                     "special_tokens_map.json", "tokenizer_config.json", "vocab.txt"]
+                                                     "special_tokens_map.json", "tokenizer.json",
+                                                     "tokenizer_config.json", "vocab.txt"]
+    built = load_tokenizer(shards / "vocab.txt").tokenizer.to_str(pretty=True) + "\n"
+    assert (out / "tokenizer.json").read_text() == built
 
 
 def test_every_file_an_export_writes_is_listed_and_anything_else_is_refused(tmp_path):
