@@ -150,8 +150,14 @@ class BertWithHead(HeadModel):
 
 
 
+def at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """Logits as the losses take them: half types (autocast's) upcast to fp32; fp32 and
+    float64 as they are (`.float()` would round a float64 model's logits to fp32)."""
+    return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
+
+
 def _mlm_loss(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(mlm_logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(at_least_fp32(mlm_logits.flatten(0, 1)), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, num_labels: int) -> torch.Tensor | None:
@@ -159,8 +165,9 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, num_l
     if labels is None:
         return None
     if num_labels == 1:
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return F.cross_entropy(logits.float(), labels.long())
+        predictions = at_least_fp32(logits.squeeze(-1))
+        return F.mse_loss(predictions, labels.to(predictions.dtype))
+    return F.cross_entropy(at_least_fp32(logits), labels.long())
 
 
 def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor | None:
@@ -177,7 +184,7 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tenso
     """Cross-entropy over the labelled tokens (label -100: not scored)."""
     if labels is None:
         return None
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(at_least_fp32(logits.flatten(0, 1)), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
 def _slot_index(masked_lm_positions: torch.Tensor) -> torch.Tensor:
@@ -221,7 +228,7 @@ class BertForPreTraining(BertWithHead):
         if masked_lm_labels is not None:
             mlm_loss = loss = _mlm_loss(mlm_logits, masked_lm_labels)
         if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.long())
+            nsp_loss = F.cross_entropy(at_least_fp32(nsp_logits), next_sentence_label.long())
             loss = nsp_loss if loss is None else loss + nsp_loss
         return PretrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits)
 
@@ -286,7 +293,7 @@ class BertForQuestionAnswering(BertWithHead):
     def forward(self, input_ids, token_type_ids, attention_mask, start_positions=None,
                 end_positions=None) -> QuestionAnsweringOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, H)
-        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)  # (B, T) each
+        start_logits, end_logits = at_least_fp32(self.qa_outputs(hidden)).unbind(-1)  # (B, T) each
         return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
                                        start_logits, end_logits)
 
@@ -333,6 +340,6 @@ class BertForMultipleChoice(BertWithHead):
         cls_index = torch.zeros(B * C, 1, dtype=torch.long, device=input_ids.device)
         hidden = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask), cls_index)
         logits = self.classifier(self.dropout(self.bert.pooler(hidden))).view(B, C)
-        loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
+        loss = F.cross_entropy(at_least_fp32(logits), labels.long()) if labels is not None else None
         return MultipleChoiceOutput(loss, logits)
 

@@ -25,8 +25,8 @@ from torch import nn
 from bertmodel.model.config import ModernBertConfig
 from bertmodel.model.dropout import Dropout
 from bertmodel.model.heads import (ClassificationOutput, HeadModel, MultipleChoiceOutput, PretrainingOutput,
-                                   QuestionAnsweringOutput, TokenClassificationOutput, _mlm_loss, classification_loss,
-                                   span_loss, token_loss)
+                                   QuestionAnsweringOutput, TokenClassificationOutput, _mlm_loss, at_least_fp32,
+                                   classification_loss, span_loss, token_loss)
 from bertmodel.model.linear import Linear
 from bertmodel.model.modernbert import (ModernBertAttention, ModernBertEmbeddings, ModernBertMLP, ModernBertModel)
 
@@ -148,7 +148,7 @@ class ModernBertForQuestionAnswering(ModernBertWithHead):
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None,
                 end_positions=None) -> QuestionAnsweringOutput:
         hidden = self.model(input_ids, None, attention_mask)  # (B, T, H)
-        start_logits, end_logits = self.classifier(self.drop(self.head(hidden))).float().unbind(-1)
+        start_logits, end_logits = at_least_fp32(self.classifier(self.drop(self.head(hidden)))).unbind(-1)
         return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
                                        start_logits, end_logits)
 
@@ -182,6 +182,6 @@ class ModernBertForMultipleChoice(ModernBertWithHead):
         mask = None if attention_mask is None else attention_mask.reshape(B * C, T)
         pooled = self.pooled(input_ids.reshape(B * C, T), mask)
         logits = self.classifier(self.drop(self.head(pooled))).view(B, C)
-        loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
+        loss = F.cross_entropy(at_least_fp32(logits), labels.long()) if labels is not None else None
         return MultipleChoiceOutput(loss, logits)
 

@@ -4,9 +4,11 @@ ModernBERT computes them, so logits match its classes to fp32 rounding.
 A query or key vector of head size D is rotated pairwise by position p: dimension i
 (i < D/2) and i + D/2 turn by the angle p * theta^(-2i/D) ("rotate_half" layout, the one
 transformers' checkpoints use). The angles are computed in fp32 from integer positions
-and applied in fp32, then cast back, as transformers does under autocast. There is no
-table to learn or to outgrow: a model trained at 1,024 tokens runs at 8,192 with the
-same weights (context extension then trains it there, with the larger global theta).
+and applied in fp32, then cast back, as transformers does under autocast; a float64
+model rotates in float64 (transformers' `.float()` would round its q and k to fp32).
+There is no table to learn or to outgrow: a model trained at 1,024 tokens runs at 8,192
+with the same weights (context extension then trains it there, with the larger global
+theta).
 Shapes: P positions, D head size.
 """
 from __future__ import annotations
@@ -32,6 +34,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (..., D) rotated by cos/sin broadcastable to it, in fp32, returned in x's dtype."""
-    xf = x.float()
+    """x (..., D) rotated by cos/sin broadcastable to it, in fp32 (float64 for float64 x),
+    returned in x's dtype."""
+    xf = x if x.dtype == torch.float64 else x.float()
     return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
