@@ -1,9 +1,28 @@
 """Training two models step by step, ours and a transformers class, and the batches they
 take: what tests/test_heads_match_transformers.py (BERT) and
-tests/test_modernbert_matches_transformers.py (ModernBERT) share."""
+tests/test_modernbert_matches_transformers.py (ModernBERT) share.
+
+The steps run in float64. The two models compute the same function through different
+kernels (our oneDNN linears, packed rows and sparse MLM slots; their MKL linears, padded
+rows and dense logits), so they round differently, and each CPU (AVX-512, AVX2, Intel's
+MKL paths or AMD's) rounds otherwise again. AdamW amplifies that: in fp32 (unit roundoff
+u = 2^-24) the 8 losses of a ModernBERT classification run drifted to 6.4e-5 apart on one
+CPU (AMD EPYC, 1.2e-7 at step 1) and stayed within 1e-5 on another, and the weights
+differed by 1.6e-5. To first order a rounding error, and what the steps make of it, scales
+with u; float64's is 2^-29 (5e8 times) smaller, which takes that drift to ~1e-13. The
+comparisons below allow 1e-10 (relative for losses and norms, absolute + relative for
+weights): a thousand times that, on any CPU, and still far below what a real difference
+(a wrong mask, bias, decay group, label or lr) moves a loss by, 1e-4 and more.
+
+In float64 ours runs torch's kernels where it has fp32-only fast paths: the oneDNN linear
+(linear.py), which `first_step_in_fp32` checks in one fp32 forward and backward against
+float64, and fused AdamW's folded clipping (optim.clip_and_step), which
+tests/test_clip_and_step.py checks against clip_grad_norm_ then step."""
 from __future__ import annotations
 
+import contextlib
 import copy
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -19,6 +38,33 @@ from qa_fixtures import example, tiny_tokenizer
 transformers = pytest.importorskip("transformers")
 
 STEPS, LR, DECAY = 8, 3e-3, 0.01
+FLOAT64_TOL = 1e-10  # module docstring
+
+
+@contextlib.contextmanager
+def in_float64(models, batches):
+    """The models in float64, and the batches, whose float tensors (regression targets)
+    it yields in float64. Two places of transformers' take `.float()`, meant to upcast
+    half types, which rounds a float64 model's values down to fp32: ModernBERT's
+    apply_rotary_pos_emb (its q and k) and ForMaskedLMLoss (the logits); here they keep
+    float64, as ours does (rope.rotate, heads.at_least_fp32)."""
+    from transformers.loss.loss_utils import ForMaskedLMLoss, fixed_cross_entropy
+    from transformers.models.modernbert import modeling_modernbert
+
+    for model in models:
+        model.double()
+        if isinstance(model, transformers.PreTrainedModel) and model.loss_function is ForMaskedLMLoss:
+            model.loss_function = lambda logits, labels, vocab_size, **kw: fixed_cross_entropy(
+                logits.view(-1, vocab_size), labels.view(-1).to(logits.device), **kw)
+    rotate_half = modeling_modernbert.rotate_half
+
+    def rotary(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    as64 = lambda batch: {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}  # noqa: E731
+    with mock.patch.object(modeling_modernbert, "apply_rotary_pos_emb", rotary):
+        yield [(as64(a), as64(b)) for a, b in batches]
 
 
 def train_both(ours, theirs, batches, clip: float | None, schedule: str = "linear", loss_free: tuple[str, ...] = ()) -> None:
@@ -32,10 +78,17 @@ def train_both(ours, theirs, batches, clip: float | None, schedule: str = "linea
     would not test it).
 
     loss_free: parameters the loss does not depend on (a bias that shifts every logit of
-    a softmax alike). Their gradient is 0 up to rounding, which Adam scales to steps of
-    ~lr whose sign is the rounding's, so they drift apart; asserted gradient-free in
-    transformers at every step, and left out of the weight comparison."""
-    batches = list(batches)
+    a softmax alike). Their gradient is 0 up to rounding, which Adam turns into steps
+    whose sign is the rounding's (of ~lr where the rounding outweighs eps), so they drift
+    apart; asserted gradient-free in transformers at every step, and left out of the
+    weight comparison.
+
+    Both run in float64 (module docstring)."""
+    with in_float64((ours, theirs), batches) as batches:
+        _steps(ours, theirs, batches, clip, schedule, loss_free)
+
+
+def _steps(ours, theirs, batches: list, clip: float | None, schedule: str, loss_free: tuple[str, ...]) -> None:
     if clip is None:
         clip = middle_norm(theirs, batches, schedule)
     ours.train(), theirs.train()
@@ -61,7 +114,7 @@ def train_both(ours, theirs, batches, clip: float | None, schedule: str = "linea
         assert lr == pytest.approx(sched_theirs.get_last_lr()[0], rel=1e-6), step
         set_lr(opt_ours, lr)
         loss_ours, loss_theirs = ours(**batch_ours).loss, theirs(**batch_theirs).loss
-        assert loss_ours.item() == pytest.approx(loss_theirs.item(), abs=1e-5), f"step {step}"
+        assert loss_ours.item() == pytest.approx(loss_theirs.item(), rel=FLOAT64_TOL), f"step {step}"
         losses.append((loss_ours.item(), loss_theirs.item()))
         loss_ours.backward(), loss_theirs.backward()
         for name in loss_free:
@@ -70,17 +123,67 @@ def train_both(ours, theirs, batches, clip: float | None, schedule: str = "linea
         norm_theirs = float(torch.nn.utils.clip_grad_norm_(list(named.values()), clip))
         norms.append(norm_theirs)
         opt_theirs.step(), sched_theirs.step()
-        assert norm_ours == pytest.approx(norm_theirs, rel=1e-4), f"step {step}"
+        assert norm_ours == pytest.approx(norm_theirs, rel=FLOAT64_TOL), f"step {step}"
         opt_ours.zero_grad(set_to_none=True), opt_theirs.zero_grad(set_to_none=True)
     assert len(losses) == STEPS
     assert min(norms) < clip < max(norms), norms
     theirs_state = theirs.state_dict()
     for name, weight in ours.state_dict().items():
         if name not in loss_free:
-            torch.testing.assert_close(weight, theirs_state[name], atol=1e-5, rtol=1e-4,
+            torch.testing.assert_close(weight, theirs_state[name], atol=FLOAT64_TOL, rtol=FLOAT64_TOL,
                                        msg=lambda m, name=name: f"{name}: {m}")
     with torch.no_grad():  # it trained: not a comparison of two idle models
         assert ours(**batches[0][0]).loss.item() < losses[0][0] - 0.01
+
+
+def fp32_rounding(config, seq_len: int, rows: int, classes: int) -> float:
+    """How far an fp32 forward pass of a classifier may lie from the exact one, relative
+    to the values' scale: fp32 rounds each op to u = 2^-24, and a sum or dot product of n
+    terms to n u of the sum of their magnitudes (Higham, "Accuracy and Stability of
+    Numerical Algorithms", 2002, §3.1: gamma_n). To first order the errors of the ops a
+    value passes through add up (LayerNorm rescales an error with its input, so it
+    keeps its relative size), so the bound is u times the summed lengths of that chain:
+    per layer the Q/K/V projection (H terms), the scores (D = H / heads), the softmax's
+    max and sum (2 x T), its product with V (T), the output projection (H), two
+    LayerNorms (mean and variance: 4 H), the feed-forward (H in, I out); then the
+    embeddings' and head's LayerNorms and projections (6 H), a mean over the sequence
+    (T), the loss's softmax (classes) and its mean over the rows; and one u for each
+    elementwise op (residuals, activation, scaling, rotation: 10 a layer, fewer in both)."""
+    layer = 7 * config.hidden_size + config.hidden_size // config.num_attention_heads + 3 * seq_len \
+        + config.intermediate_size + 10
+    return (config.num_hidden_layers * layer + 6 * config.hidden_size + seq_len + classes + rows) * 2.0 ** -24
+
+
+def first_step_in_fp32(ours, theirs, batch_ours, batch_theirs, bound: float, loss_free: tuple[str, ...] = ()) -> None:
+    """One forward and backward of ours in fp32, as the CPU trains it (the oneDNN linear
+    where torch has it, linear.py; packed rows where set), against transformers' class
+    in float64, which is the exact result to ~1e-16: the loss within `bound` (relative,
+    fp32_rounding) of it, every gradient within twice that of its largest entry (a
+    weight's gradient runs the chain back from the loss, then meets the forward's
+    activations). transformers' class in fp32 meets the same bound: it is what fp32
+    rounding makes of this computation, not a licence for ours. One step only: AdamW
+    would turn a rounding of a gradient near 0 into a step of lr.
+
+    loss_free: parameters whose gradient is 0 but for rounding (train_both), so has no
+    scale of its own to be relative to; left out."""
+    exact_model = copy.deepcopy(theirs).train()
+    with in_float64([exact_model], [(batch_theirs, batch_theirs)]) as [(_, batch64)]:
+        exact_loss = exact_model(**batch64).loss
+        exact_loss.backward()
+    exact = {name: p.grad for name, p in exact_model.named_parameters() if name not in loss_free}
+    assert all(float(g.abs().max()) > 0 for g in exact.values())  # every gradient has a scale to compare in
+    for model, batch in ((ours, batch_ours), (theirs, batch_theirs)):
+        assert next(model.parameters()).dtype == torch.float32
+        model.train()
+        loss = model(**batch).loss
+        loss.backward()
+        name_of = type(model).__name__
+        assert abs(loss.item() - exact_loss.item()) <= bound * abs(exact_loss.item()), name_of
+        grads = {name: p.grad for name, p in model.named_parameters() if name in exact}
+        assert grads.keys() == exact.keys(), name_of
+        for name, grad in grads.items():
+            error, scale = float((grad.double() - exact[name]).abs().max()), float(exact[name].abs().max())
+            assert error <= 2 * bound * scale, (name_of, name, error / scale, 2 * bound)
 
 
 def moved(ours, before: dict, name: str) -> float:

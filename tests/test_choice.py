@@ -196,7 +196,7 @@ def choice_batches(tmp_path, steps: int):
 
 
 @pytest.mark.parametrize("kernel", [None, "repad"], ids=["padded", "packed"])
-def test_multiple_choice_steps_equal_transformers(tmp_path, kernel, monkeypatch):
+def test_multiple_choice_steps_equal_transformers(tmp_path, kernel):
     """As tests/test_heads_match_transformers.py does it for the other heads: the loss,
     learning rate and gradient norm of every step and the final weights; the padded
     encoder and the packed one --unpad auto picks on the CPU."""
@@ -209,10 +209,6 @@ def test_multiple_choice_steps_equal_transformers(tmp_path, kernel, monkeypatch)
     # (lr times the gradient's sign) turns that into 2 lr where an entry is near 0.
     torch.nn.init.normal_(ours.classifier.weight, std=1.0)
     theirs = twin(ours, transformers.BertForMultipleChoice)
-    # In float64, so the comparison does not hang on fp32 rounding that another CPU's
-    # kernels round otherwise (the fused CPU AdamW takes fp32 only: the plain one here).
-    ours.double(), theirs.double()
-    monkeypatch.setattr("bertmodel.training.optim._fused_adamw_ok", lambda device: False)
     set_unpad(ours, kernel)
     # The scorer's bias shifts every choice's logit alike, and a key bias b every attention
     # score of a query q alike (q.b): the softmaxes do not see them.

@@ -9,8 +9,9 @@ torch's AdamW, transformers' schedule and clip_grad_norm_, from the same weights
 same batches (the batches our data code collates: QA windows from prepare_qa_features,
 pre-training rows from a shard directory). Dropout is 0, both in train mode as the loop
 runs them. The loss of every step, the gradient norm and the final weights must agree
-to fp32 tolerance: a head that reads the wrong logits, a loss that ignores the wrong
-positions, or a wrong decay group shows up as diverging numbers."""
+in float64 (tests/head_steps.py says why and how closely): a head that reads the wrong
+logits, a loss that ignores the wrong positions, or a wrong decay group shows up as
+diverging numbers."""
 from __future__ import annotations
 
 import pytest
@@ -22,14 +23,15 @@ from bertmodel.data.shards import open_shard_dir
 from bertmodel.model import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                              BertForSequenceClassification)
 from bertmodel.model.heads import IGNORE_INDEX
+from bertmodel.model.linear import cpu_matmul
 from bertmodel.model.unpad import resolve, set_unpad
 from bertmodel.data.synthetic import small_shard_dir
 from qa_fixtures import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
-from head_steps import (STEPS, classification_batches, moved, pretraining_batches, qa_batches,  # noqa: E402
-                        train_both)
+from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
+                        fp32_rounding, moved, pretraining_batches, qa_batches, train_both)
 
 
 
@@ -62,10 +64,10 @@ def test_question_answering_steps_equal_transformers():
     # the word embeddings must stay out of training as transformers' padding_idx keeps it.
     assert any(not bool(b["attention_mask"].all()) for b, _ in batches)
     train_both(ours, theirs, batches, clip=3.0, loss_free=shifts)
-    with torch.no_grad():  # what the loss sees of the logits, the softmax over the window, is the same
+    with torch.no_grad():  # what the loss sees of the logits, the softmax over the window, is the same (float64)
         out, ref = ours(**batches[1][0]), theirs(**batches[1][1])
     for a, b in ((out.start_logits, ref.start_logits), (out.end_logits, ref.end_logits)):
-        torch.testing.assert_close(a.log_softmax(-1), b.log_softmax(-1), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(a.log_softmax(-1), b.log_softmax(-1), atol=FLOAT64_TOL, rtol=FLOAT64_TOL)
 
 
 def test_question_answering_ignores_positions_past_the_sequence_as_transformers():
@@ -75,7 +77,7 @@ def test_question_answering_ignores_positions_past_the_sequence_as_transformers(
     torch.manual_seed(0)
     ours = BertForQuestionAnswering(config)
     theirs = twin(ours, transformers.BertForQuestionAnswering)
-    ours.eval(), theirs.eval()
+    ours.eval().double(), theirs.eval().double()  # as the steps: head_steps.py says why
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, config.vocab_size, (4, 12), generator=g)
     inputs = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
@@ -83,12 +85,12 @@ def test_question_answering_ignores_positions_past_the_sequence_as_transformers(
     with torch.no_grad():
         out = ours(**inputs, start_positions=starts, end_positions=ends)
         ref = theirs(**inputs, start_positions=starts, end_positions=ends)
-    assert out.loss.item() == pytest.approx(ref.loss.item(), abs=1e-6)
+    assert out.loss.item() == pytest.approx(ref.loss.item(), rel=FLOAT64_TOL)
     ce = torch.nn.functional.cross_entropy
     kept_start, kept_end = [0, 2], [0, 1]  # rows whose label is inside 0..T-1
     expected = (ce(out.start_logits[kept_start], starts[kept_start])
                 + ce(out.end_logits[kept_end], ends[kept_end])) / 2
-    assert out.loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    assert out.loss.item() == pytest.approx(expected.item(), rel=FLOAT64_TOL)
 
 
 # -- pre-training ---------------------------------------------------------------------------
@@ -121,15 +123,16 @@ def test_pretraining_mlm_and_nsp_losses_are_the_parts_transformers_sums(shards):
     torch.manual_seed(0)
     ours = BertForPreTraining(config).eval()
     theirs = twin(ours, transformers.BertForPreTraining).eval()
+    ours.double(), theirs.double()  # as the steps: head_steps.py says why
     batch_ours, batch_theirs = next(pretraining_batches(shards, with_pair=True))
     with torch.no_grad():
         out, ref = ours(**batch_ours), theirs(**batch_theirs)
     ce = torch.nn.functional.cross_entropy
     mlm = ce(ref.prediction_logits.flatten(0, 1), batch_theirs["labels"].flatten(), ignore_index=IGNORE_INDEX)
     nsp = ce(ref.seq_relationship_logits, batch_theirs["next_sentence_label"])
-    assert out.mlm_loss.item() == pytest.approx(mlm.item(), abs=1e-5)
-    assert out.nsp_loss.item() == pytest.approx(nsp.item(), abs=1e-5)
-    assert out.loss.item() == pytest.approx(ref.loss.item(), abs=1e-5)
+    assert out.mlm_loss.item() == pytest.approx(mlm.item(), rel=FLOAT64_TOL)
+    assert out.nsp_loss.item() == pytest.approx(nsp.item(), rel=FLOAT64_TOL)
+    assert out.loss.item() == pytest.approx(ref.loss.item(), rel=FLOAT64_TOL)
 
 
 def test_mlm_only_steps_equal_transformers(shards):
@@ -159,3 +162,20 @@ def test_sequence_classification_steps_equal_transformers(num_labels, kernel):
                clip=4.5 if num_labels == 1 else 0.5)
     if num_labels == 1:
         assert theirs.config.problem_type == "regression"
+
+
+def test_a_first_step_in_fp32_is_within_fp32_rounding_of_float64():
+    """The steps above run in float64, where our linears are torch's: the oneDNN linear
+    the CPU trains with is fp32 only (model/linear.py). One packed classification step
+    in fp32, as --unpad auto trains it here, against transformers' in float64."""
+    config = tiny(120)
+    torch.manual_seed(0)
+    ours = BertForSequenceClassification(config, 3)
+    theirs = twin(ours, transformers.BertForSequenceClassification, num_labels=3)
+    set_unpad(ours, "repad")
+    assert cpu_matmul() == "onednn" or not torch.backends.mkldnn.is_available()
+    batch_ours, batch_theirs = next(classification_batches(config.vocab_size, regression=False))
+    (B, T), classes = batch_ours["input_ids"].shape, 3
+    # A key bias b shifts every attention score of a query q alike (q.b): no gradient but rounding.
+    key_biases = tuple(f"bert.encoder.layer.{i}.attention.self.key.bias" for i in range(config.num_hidden_layers))
+    first_step_in_fp32(ours, theirs, batch_ours, batch_theirs, fp32_rounding(config, T, B, classes), key_biases)

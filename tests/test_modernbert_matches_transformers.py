@@ -4,8 +4,8 @@ regression, ...ForQuestionAnswering, ...ForTokenClassification, ...ForMultipleCh
 from the same weights on the same batches: equal logits (fp32, 1e-5) at mixed lengths
 where the local window (here 8 tokens either side) is much shorter than the sequences,
 padded and packed, with the banded local kernel and the dense mask; and the same steps
-(loss, gradient norm, final weights) with our AdamW groups, schedule and clipping
-against torch's AdamW with the Trainer's groups (tests/head_steps.py)."""
+(loss, gradient norm, final weights; in float64) with our AdamW groups, schedule and
+clipping against torch's AdamW with the Trainer's groups (tests/head_steps.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,12 +19,14 @@ from bertmodel.model import (HEADS, ModernBertConfig, ModernBertForMaskedLM, Mod
                              ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
                              ModernBertForTokenClassification)
 from bertmodel.model.heads import IGNORE_INDEX
+from bertmodel.model.linear import cpu_matmul
 from bertmodel.model.unpad import resolve, set_unpad
 from qa_fixtures import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
-from head_steps import STEPS, classification_batches, pretraining_batches, qa_batches, train_both  # noqa: E402
+from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
+                        fp32_rounding, in_float64, pretraining_batches, qa_batches, train_both)
 
 VOCAB = 120
 
@@ -172,22 +174,23 @@ def test_mlm_steps_equal_transformers_with_wsd(shards):
     theirs = twin(ours, transformers.ModernBertForMaskedLM).train()
     batches = [(b, {k: v for k, v in t.items() if k != "token_type_ids"})
                for b, t in pretraining_batches(shards, with_pair=False)]
-    schedule = Schedule(3e-3, 2, STEPS, kind="wsd", decay_steps=3, decay_shape="1-sqrt")
-    opt_ours = build_optimizer(ours, "adamw", 3e-3, 0.0, torch.device("cpu"), eps=1e-8)
-    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=3e-3, eps=1e-8, weight_decay=0.0)
-    sched_theirs = transformers.get_wsd_schedule(opt_theirs, num_warmup_steps=2, num_decay_steps=3,
-                                                 num_training_steps=STEPS, decay_type="1-sqrt", min_lr_ratio=0.0)
-    for step, (batch_ours, batch_theirs) in enumerate(batches):
-        assert schedule(step) == pytest.approx(sched_theirs.get_last_lr()[0], rel=1e-6, abs=1e-12), step
-        set_lr(opt_ours, schedule(step))
-        for group in opt_theirs.param_groups:
-            group["lr"] = schedule(step)
-        loss_ours, loss_theirs = ours(**batch_ours).loss, theirs(**batch_theirs).loss
-        assert loss_ours.item() == pytest.approx(loss_theirs.item(), abs=1e-5), step
-        loss_ours.backward(), loss_theirs.backward()
-        clip_and_step(opt_ours, list(ours.parameters()), float("inf"))
-        opt_theirs.step(), sched_theirs.step()
-        opt_ours.zero_grad(set_to_none=True), opt_theirs.zero_grad(set_to_none=True)
+    with in_float64((ours, theirs), batches) as batches:  # as train_both: head_steps.py says why
+        schedule = Schedule(3e-3, 2, STEPS, kind="wsd", decay_steps=3, decay_shape="1-sqrt")
+        opt_ours = build_optimizer(ours, "adamw", 3e-3, 0.0, torch.device("cpu"), eps=1e-8)
+        opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=3e-3, eps=1e-8, weight_decay=0.0)
+        sched_theirs = transformers.get_wsd_schedule(opt_theirs, num_warmup_steps=2, num_decay_steps=3,
+                                                     num_training_steps=STEPS, decay_type="1-sqrt", min_lr_ratio=0.0)
+        for step, (batch_ours, batch_theirs) in enumerate(batches):
+            assert schedule(step) == pytest.approx(sched_theirs.get_last_lr()[0], rel=1e-6, abs=1e-12), step
+            set_lr(opt_ours, schedule(step))
+            for group in opt_theirs.param_groups:
+                group["lr"] = schedule(step)
+            loss_ours, loss_theirs = ours(**batch_ours).loss, theirs(**batch_theirs).loss
+            assert loss_ours.item() == pytest.approx(loss_theirs.item(), rel=FLOAT64_TOL), step
+            loss_ours.backward(), loss_theirs.backward()
+            clip_and_step(opt_ours, list(ours.parameters()), float("inf"))
+            opt_theirs.step(), sched_theirs.step()
+            opt_ours.zero_grad(set_to_none=True), opt_theirs.zero_grad(set_to_none=True)
 
 
 @pytest.mark.parametrize("num_labels,pooling,kernel", [(3, "cls", None), (3, "mean", "repad"), (1, "cls", "repad")],
@@ -201,6 +204,21 @@ def test_sequence_classification_steps_equal_transformers(num_labels, pooling, k
     theirs = twin(ours, transformers.ModernBertForSequenceClassification, num_labels=num_labels)
     set_unpad(ours, kernel)
     train_both(ours, theirs, classification_batches(VOCAB, regression=num_labels == 1), clip=None)
+
+
+def test_a_first_step_in_fp32_is_within_fp32_rounding_of_float64():
+    """The steps run in float64, where our linears are torch's: the oneDNN linear the CPU
+    trains with is fp32 only (model/linear.py). One packed classification step in fp32,
+    as --unpad auto trains it here, against transformers' in float64."""
+    config = tiny(classifier_pooling="mean")
+    torch.manual_seed(0)
+    ours = ModernBertForSequenceClassification(config, 3)
+    theirs = twin(ours, transformers.ModernBertForSequenceClassification, num_labels=3)
+    set_unpad(ours, "repad")
+    assert cpu_matmul() == "onednn" or not torch.backends.mkldnn.is_available()
+    batch_ours, batch_theirs = next(classification_batches(VOCAB, regression=False))
+    (B, T), classes = batch_ours["input_ids"].shape, 3
+    first_step_in_fp32(ours, theirs, batch_ours, batch_theirs, fp32_rounding(config, T, B, classes))
 
 
 def test_question_answering_steps_equal_transformers():
