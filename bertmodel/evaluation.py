@@ -107,6 +107,23 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
 PREDICTION_FILES = {"classify": ("predictions.jsonl",), "qa": ("predictions.json", "nbest_predictions.json")}
 
 
+def _task_of_export(model) -> str | None:
+    """The fine-tuning task of a model directory by its config.json's class, without
+    loading it (None where that does not say)."""
+    try:
+        config = json.loads((model_dir(model) / "config.json").read_text())
+        return TASK_OF.get((config.get("architectures") or [None])[0])
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _refuse_earlier_predictions(out_dir: Path, task: str | None) -> None:
+    names = PREDICTION_FILES["qa" if task == "qa" else "classify"] if task else ()
+    if existing := next((out_dir / n for n in names if (out_dir / n).exists()), None):
+        raise BertmodelError(f"{existing}: already exists (an earlier evaluation's predictions); pass --overwrite "
+                             "to replace it, or --out DIR")
+
+
 def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpad: str = "auto",
                    overwrite: bool = False, log=None, allow_unknown_tags: bool = False) -> tuple[dict, list[Path]]:
     """The task's metrics on the validation data (0-100 for SQuAD, as the official script)
@@ -118,15 +135,16 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
     split into windows), as training reports it. Gold tags a token classifier does not
     know are refused unless `allow_unknown_tags` (then they count as missed, and no
     loss is reported)."""
+    out_dir = Path(out_dir) if out_dir else Path(model)
+    if not overwrite:  # before the data is read: the task is known from config.json
+        _refuse_earlier_predictions(out_dir, _task_of_export(model))
     task, net, d = _setup(model, options, device, unpad=unpad, log=log, allow_unknown_tags=allow_unknown_tags)
     if task.validation is None:
         raise BertmodelError(f"{model}: no evaluation data; pass --data FILE (or --dataset NAME)")
-    out_dir = Path(out_dir) if out_dir else Path(model)
     qa = hasattr(task, "validation_windows")
     paths = [out_dir / name for name in PREDICTION_FILES["qa" if qa else "classify"]]
-    if not overwrite and (existing := next((p for p in paths if p.exists()), None)):
-        raise BertmodelError(f"{existing}: already exists (an earlier evaluation's predictions); pass --overwrite "
-                             "to replace it, or --out DIR")
+    if not overwrite:
+        _refuse_earlier_predictions(out_dir, "qa" if qa else "classify")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if d.device.type == "cuda" else contextlib.nullcontext()
     if qa:
         from bertmodel.tasks.qa import write_qa_outputs
