@@ -182,6 +182,11 @@ def test_predict_file_out_writes_jsonl_and_keeps_an_existing_file(pair_run, tmp_
     refused(invoke("predict", pair_run, "--file", given, "--out", out, "--no-progress"),
             f"{out}: already exists; pass --overwrite to replace it")
     assert out.read_bytes() == before
+    # refused before any prediction: a file it could not even read is not reached
+    unreadable = tmp_path / "columns.tsv"
+    unreadable.write_text("id\tscore\n1\t2\n")
+    refused(invoke("predict", pair_run, "--file", unreadable, "--out", out, "--no-progress"),
+            f"{out}: already exists; pass --overwrite to replace it")
     assert invoke("predict", pair_run, "--file", given, "--out", out, "--overwrite").exit_code == 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from pathlib import Path
 
 import click
 
@@ -402,6 +403,8 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
     if out and not file:
         raise click.UsageError("--out goes with --file")
     if file:
+        if out and Path(out).exists() and not overwrite:  # before the whole file is predicted
+            raise click.ClickException(f"{out}: already exists; pass --overwrite to replace it")
         with pass_progress(progress, "predict"):
             records = predict_file(run, file, device=device, unpad=unpad, warn=warn, max_seq_length=max_seq_length)
         if out:
