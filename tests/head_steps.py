@@ -93,8 +93,8 @@ def _steps(ours, theirs, batches: list, clip: float | None, schedule: str, loss_
         clip = middle_norm(theirs, batches, schedule)
     ours.train(), theirs.train()
     # Ours as the trainer builds it (AdamW over the model's own decay groups; eps as the
-    # Trainer's default) and as the loop steps it (set_lr, clip_and_step). No warmup:
-    # ours starts warmup one step ahead of transformers' schedules.
+    # Trainer's default) and as the loop steps it (set_lr, clip_and_step). No warmup (the
+    # clips are chosen for this schedule); test_finetune_matches_transformers.py has one.
     opt_ours = build_optimizer(ours, "adamw", LR, DECAY, torch.device("cpu"), eps=1e-8)
     ours_schedule = Schedule(LR, 0, STEPS, kind=schedule)
     params_ours = [p for p in ours.parameters() if p.requires_grad]
