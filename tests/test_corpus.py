@@ -537,3 +537,23 @@ def test_summary_format():
         "12 invalid byte sequences replaced in f0.txt, f1.txt, f2.txt, f3.txt, f4.txt and 2 more"
     )
     assert ReadStats(files=1, bytes=999).summary() == "1 file, 999 bytes, 0 documents, 0 sentences"
+
+
+def test_json_lines_under_a_name_without_suffix_are_records(tmp_path):
+    """A JSONL dump named without a suffix (the shared Korean petitions_2019-04) is read as
+    records, not as text whose keys and quotes would become the corpus; WikiExtractor's
+    suffix-less wiki_00 (<doc ...> lines) and a .txt file that starts with an object stay text."""
+    records = [{"title": "하나", "content": "첫 문장입니다. 둘째 문장입니다."}, {"title": "둘", "content": "셋째 문장."}]
+    dump = tmp_path / "petitions_2019-04"
+    dump.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    assert read(dump, text_field="content") == [["첫 문장입니다. 둘째 문장입니다."], ["셋째 문장."]]
+    assert read(tmp_path, text_field="content") == read(dump, text_field="content")  # found in a directory too
+    wiki = tmp_path / "wiki" / "wiki_00"
+    wiki.parent.mkdir()
+    wiki.write_text('<doc id="1" url="u" title="T">\nT\n\nA sentence.\n</doc>\n')
+    from bertprep.corpus.readers import format_of
+
+    assert format_of(wiki) == "text" and format_of(dump) == "jsonl"
+    named = tmp_path / "notes.txt"
+    named.write_text('{"a": 1}\nplain text after it.\n')
+    assert read(named) == [['{"a": 1}', "plain text after it."]]

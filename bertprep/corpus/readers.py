@@ -79,7 +79,33 @@ def format_of(path: Path) -> str:
         return "jsonl"
     if last in PARQUET_SUFFIXES:
         return "parquet"
+    if last not in TEXT_NAMED and _first_line_is_json_object(path):
+        # JSON Lines under a name that says nothing (petitions_2019-04, dumps without a
+        # suffix): read as text, every record's keys and quotes became the corpus.
+        return "jsonl"
     return "text"
+
+
+# Suffixes that name text outright; a file without one is looked at (format_of).
+TEXT_NAMED = {".txt", ".text", ".raw", ".tokens"}
+
+
+def _first_line_is_json_object(path: Path) -> bool:
+    """Whether the file's first non-blank line, within the binary probe, is a JSON object."""
+    try:
+        with _open_binary(path) as f:
+            head = f.read(BINARY_PROBE_BYTES)
+    except (OSError, BertprepError, *_corrupt_errors()):
+        return False  # the reader reports what is wrong with the file
+    for line in head.split(b"\n"):
+        if line.strip():
+            if not line.lstrip().startswith(b"{"):
+                return False
+            try:
+                return isinstance(json.loads(line.decode("utf-8")), dict)
+            except (UnicodeDecodeError, ValueError):
+                return False
+    return False
 
 
 def is_dataset_dir(path: Path) -> bool:
