@@ -77,18 +77,19 @@ class ClassificationTask(FinetuningTask):
         """label_space given (a trained model's): evaluation only, no training data read."""
         super().__init__(cfg, d, log)
         train = None
+        notes = []  # which text columns were found by name: said once all the data has been read
         if label_space is None:
             train = read_split(cfg, "train")
             if train is None:
                 raise BertmodelError("give the training data: --train FILE or --dataset NAME")
-            self._read_columns(train, log)
+            notes.append(self._read_columns(train))
             label_space = LabelSpace.from_labels(train, cfg.num_labels)
             encoded = encode_examples(self.tok, train, label_space, cfg.max_seq_length)
             self.train_set = EncodedSet(encoded, self.pad, self.multiple)
         self.labels = label_space
         validation = read_split(cfg, "validation", labels_required=train is not None)
         if train is None and validation is not None:
-            self._read_columns(validation, log)
+            notes.append(self._read_columns(validation))
         self.validation_texts = validation
         self.validation = None
         if validation is not None:
@@ -97,6 +98,8 @@ class ClassificationTask(FinetuningTask):
                                          self.pad, self.multiple)
         seen = (f"{len(validation):,} examples from {validation.source} ({self.validation.encoded.fit_note()})"
                 if validation is not None else "")
+        for note in filter(None, notes):
+            log(note)
         if train is not None:
             kinds = "regression" if label_space.regression else f"{label_space.num_labels} labels"
             log(f"train: {len(train):,} examples from {train.source} ({kinds}; {encoded.fit_note()})"
@@ -110,13 +113,12 @@ class ClassificationTask(FinetuningTask):
         self.best_metric = best_metric(cfg.metric_for_best, "pearson" if self.labels.regression else "accuracy",
                                        self.metric_names())
 
-    def _read_columns(self, data: LabelledTexts, log) -> None:
-        """Say which text columns were found by name, and make them the run's options: the
-        validation data is read in the same ones, and checkpoints and the export record
-        the columns read (a resume compares them)."""
-        if data.columns.found:
-            log(f"{data.source}: read {data.columns.describe()}")
+    def _read_columns(self, data: LabelledTexts) -> str | None:
+        """Make the text columns read the run's options (the validation data is read in the
+        same ones, and checkpoints and the export record them: a resume compares them);
+        the line that says which were found by name, if they were."""
         self.cfg.text_column, self.cfg.text_pair_column = data.columns.text, data.columns.pair
+        return f"{data.source}: read {data.columns.describe()}" if data.columns.found else None
 
     def _positive_label(self, chosen) -> int | None:
         """The class binary F1 is computed for: --positive-label, else id 1 (the label 1 of
