@@ -7,8 +7,8 @@ review are syllables (U+AC00-U+D7A3), never the conjoining jamo (U+1100-U+11FF) 
 BERT-uncased's accent stripping decomposes Hangul into, and QA answers are cut from the
 original context (upper-case Latin kept) by character offsets.
 
-The petitions are JSON Lines files without a .jsonl suffix, which bertprep reads as
-plain text by their name; the slices here are written as .jsonl files.
+The slice of petitions keeps the shared files' name without a suffix: bertprep must tell
+their JSON Lines by the content (read as text, the keys and quotes became the corpus).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def pipeline(tmp_path_factory):
             size += len(json.loads(line)["content"].encode("utf-8"))
             if size >= 300_000:
                 break
-    corpus = root / "petitions.jsonl"
+    corpus = root / "petitions_2019-04"
     corpus.write_text("".join(lines), encoding="utf-8")
     text = ["--text-field", "content", "--sentences", "split"]
     # Default normalisation and alphabet; a vocabulary half the default size (16,000
@@ -84,6 +84,7 @@ def test_default_tokenizer_learns_syllables_and_the_shards_record_it(pipeline):
     _, report, tok, shards, _ = pipeline
     assert "accents kept (auto" in report, report
     vocab = (tok / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert not {"category", "petition", "status", "agree"} & set(vocab)  # keys of the records, were they read as text
     assert [t for t in vocab if jamo(t)] == []
     hangul = [t for t in vocab if syllables(t)]
     assert len(hangul) > len(vocab) // 2, len(hangul)  # a Korean vocabulary, not one of ASCII and marks
