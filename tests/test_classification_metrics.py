@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bertmodel.eval import classification as m
@@ -63,6 +63,7 @@ def test_binary_f1_equals_sklearn(pair):
 
 @settings(max_examples=150, deadline=None)
 @given(value_pairs())
+@example((np.array([0.0, 1.0]), np.array([0.0, 5e-324])))  # subnormal targets: centring lost their shape
 def test_correlations_equal_scipy(pair):
     x, y = pair
     expected_p = quiet(stats.pearsonr, x, y).statistic

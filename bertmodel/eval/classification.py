@@ -85,7 +85,10 @@ def pearson(x, y) -> float:
     x, y = (a.astype(np.float64) for a in _pair(x, y))
     if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan
-    # As scipy: centre, scale by the largest magnitude (no overflow), then normalise.
+    # As scipy: centre, scale by the largest magnitude (no overflow), then normalise. Scaled
+    # once before centring too: the mean of subnormal values ([0, 5e-324]) rounds to one of
+    # them, and the centred pair lost its shape (r 0.707 for a perfect correlation).
+    x, y = x / np.max(np.abs(x)), y / np.max(np.abs(y))
     xm, ym = x - x.mean(), y - y.mean()
     xm /= np.max(np.abs(xm))
     ym /= np.max(np.abs(ym))
