@@ -21,18 +21,19 @@ DATA_OPTIONS = ("train", "validation", "dataset", "dataset_config", "train_split
                 "text_column", "text_pair_column", "label_column", "no_header", "num_labels", "max_seq_length",
                 "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length",
                 "positive_label", "tokens_column", "tags_column", "label_all_tokens", "context_column",
-                "question_column", "choices_column", "choice_columns", "max_train_examples", "max_eval_examples")
+                "question_column", "choices_column", "choice_columns", "max_train_examples", "max_eval_examples",
+                "rerank_loss", "query_column", "passage_column", "positive_column", "negative_column")
 
 # `finetune TASK` -> the task a run directory records (tasks' `name`)
 TASK_NAMES = {"classify": "classification", "qa": "qa", "tokens": "token_classification",
-              "choice": "multiple_choice"}
+              "choice": "multiple_choice", "rerank": "rerank"}
 
 
 @dataclass(kw_only=True)
 class FinetuneConfig(LoopConfig):
     task: str
     """"classify" (sequence classification or regression), "qa" (extractive QA), "tokens" (a label
-    per word, e.g. NER) or "choice" (multiple choice)."""
+    per word, e.g. NER), "choice" (multiple choice) or "rerank" (a cross-encoder: one logit per pair)."""
     model: str
     """The BERT to start from: one of our runs/checkpoints or a transformers directory of any BERT head."""
     architecture: str | None = None
@@ -83,6 +84,19 @@ class FinetuneConfig(LoopConfig):
     """choice: a column holding the list of choices."""
     choice_columns: str | None = None
     """choice: one column per choice instead, comma-separated (e.g. "ending0,ending1,ending2,ending3")."""
+    rerank_loss: str = "bce"
+    """rerank: "bce" (labelled (query, passage) pairs: binary cross-entropy of the one logit against a
+    label 0/1 or a float in [0, 1]) or "listwise" (softmax cross-entropy over a query's positive and
+    its hard negatives, from (query, positive, negative...) rows)."""
+    query_column: str | None = None
+    """rerank: the query's column; None: found by name (query, question, anchor)."""
+    passage_column: str | None = None
+    """rerank, bce: the passage's column; None: found by name (passage, document, text, context)."""
+    positive_column: str | None = None
+    """rerank, listwise: the positive passage's column; None: "positive"."""
+    negative_column: str | None = None
+    """rerank, listwise: the hard negatives, comma-separated columns or one list column; None:
+    "negatives" (a list), else negative, negative_1, negative_2, ... (as sentence-transformers names them)."""
     max_seq_length: int | None = None  # 128, or 384 for qa
     max_train_examples: int | None = None
     """Train on the first N examples only (quick runs, learning curves, suites on a CPU)."""
@@ -98,7 +112,7 @@ class FinetuneConfig(LoopConfig):
     epochs: float = 3.0
     metric_for_best: str | None = None
     """Metric that picks the model kept in RUN/hf (default accuracy, pearson for regression, f1 for qa
-    and for tokens: entity F1)."""
+    and for tokens: entity F1, ndcg@10 for rerank)."""
     positive_label: str | None = None
     """The class binary F1 (the "f1" metric of two-class data) is computed for; default: id 1
     (label 1 of 0/1 data, the second label in sorted order for text labels)."""
@@ -109,7 +123,8 @@ class FinetuneConfig(LoopConfig):
     lr: float = 2e-5
     batch_size: int = 32
     warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
+    weight_decay: float | None = None
+    """0.01 (the BERT paper's), or 1e-5 with stable-adamw (fully decoupled decay; see LoopConfig)."""
     max_steps: int | None = None
     """Default: epochs x steps per epoch."""
     save_every: int | None = None
@@ -130,10 +145,12 @@ class FinetuneConfig(LoopConfig):
             raise BertmodelError(f"architecture must be bert or modernbert, got {self.architecture!r}")
         if self.classifier_pooling not in (None, "cls", "mean"):
             raise BertmodelError(f"classifier pooling must be cls or mean, got {self.classifier_pooling!r}")
-        if self.classifier_pooling is not None and self.task not in ("classify", "choice"):
+        if self.classifier_pooling is not None and self.task not in ("classify", "choice", "rerank"):
             # qa and tokens score every token: the option would change nothing but config.json
-            raise BertmodelError(f"classifier pooling applies to classify and choice, not to {self.task}, which "
+            raise BertmodelError(f"classifier pooling applies to classify, choice and rerank, not to {self.task}, which "
                                  "scores every token")
+        if self.rerank_loss not in ("bce", "listwise"):
+            raise BertmodelError(f"rerank loss must be bce or listwise, got {self.rerank_loss!r}")
         if self.init not in ("pretrained", "random"):
             raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
         if self.max_seq_length is None:
@@ -161,7 +178,7 @@ class FinetuneConfig(LoopConfig):
 
     def meaningful_options(self) -> tuple[str, ...]:
         return MEANINGFUL + ("model", "architecture", "classifier_pooling", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
-                             "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples",
+                             "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples", "rerank_loss",
                              "max_eval_examples")
 
     def first(self, examples, which: str):
@@ -194,6 +211,10 @@ def make_task(cfg: FinetuneConfig, d, log):
         from bertmodel.tasks.tokens import TokenClassificationTask
 
         task = TokenClassificationTask(cfg, d, log)
+    elif cfg.task == "rerank":
+        from bertmodel.tasks.rerank import RerankTask
+
+        task = RerankTask(cfg, d, log)
     elif cfg.task == "choice":
         from bertmodel.tasks.choice import MultipleChoiceTask
 

@@ -79,7 +79,7 @@ def test_classifier_pooling_is_refused_where_nothing_pools(name):
     from bertmodel.errors import BertmodelError
     from bertmodel.finetune import FinetuneConfig
 
-    with pytest.raises(BertmodelError, match=r"^classifier pooling applies to classify and choice, not to " + name):
+    with pytest.raises(BertmodelError, match=r"^classifier pooling applies to classify, choice and rerank, not to " + name):
         FinetuneConfig(task=name, model=".", out="x", classifier_pooling="mean")
 
 
