@@ -123,8 +123,7 @@ class FinetuneConfig(LoopConfig):
     lr: float = 2e-5
     batch_size: int = 32
     warmup_ratio: float = 0.1
-    weight_decay: float | None = None
-    """0.01 (the BERT paper's), or 1e-5 with stable-adamw (fully decoupled decay; see LoopConfig)."""
+    weight_decay: float = 0.01
     max_steps: int | None = None
     """Default: epochs x steps per epoch."""
     save_every: int | None = None
