@@ -9,7 +9,11 @@ the docs.
 - `ModernBertConfig` (the ModernBERT-style encoder, model/modernbert.py): field names are
   those of `transformers.ModernBertConfig`; base and large are ModernBERT's own shapes
   (Warner et al. 2024, "Smarter, Better, Faster, Longer", arXiv 2412.13663, table 3).
-`config_from_dict` reads either back, by `model_type`.
+- `ElectraConfig`: an ELECTRA discriminator (Clark et al. 2020, arXiv 2003.10555) is the
+  BERT architecture with word/position/type embeddings of width `embedding_size`,
+  projected to H when that differs (`embeddings_project`), and its own heads
+  (model/electra_heads.py); field names are those of `transformers.ElectraConfig`.
+`config_from_dict` reads any of them back, by `model_type`.
 """
 from __future__ import annotations
 
@@ -108,8 +112,8 @@ class BertConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "BertConfig":
         """Read our own dict or a Hugging Face config.json (unknown keys ignored)."""
-        if d.get("model_type", "bert") != "bert":
-            raise BertmodelError(f"model_type {d.get('model_type')!r} is not 'bert'")
+        if d.get("model_type", cls.model_type) != cls.model_type:
+            raise BertmodelError(f"model_type {d.get('model_type')!r} is not {cls.model_type!r}")
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise BertmodelError("only absolute position embeddings are supported")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -121,6 +125,12 @@ class BertConfig:
         return cls(**kwargs)
 
     architecture = "bert"  # the --architecture name (a class attribute: not a field, not in to_dict)
+    model_type = "bert"  # config.json's model_type, which also picks the heads (model.HEADS)
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the embedding tables (and their LayerNorm): H for BERT."""
+        return self.hidden_size
 
     def layer_weight_macs(self) -> int:
         """Multiply-adds per token of one layer's weight matrices (Q, K, V, output, MLP)."""
@@ -217,6 +227,7 @@ class ModernBertConfig:
     """[MASK] of our vocabulary."""
 
     architecture = "modernbert"  # the --architecture name (a class attribute: not a field)
+    model_type = "modernbert"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -313,17 +324,86 @@ class ModernBertConfig:
         return min(pairs, tokens * (2 * self.window + 1)) if self.is_local(layer) else pairs
 
 
+SUMMARY_ACTIVATIONS = ("gelu", "tanh", "linear", None)  # what transformers' get_activation gives, that we run
+
+
+@dataclass
+class ElectraConfig(BertConfig):
+    """An ELECTRA discriminator (or generator) of the BERT architecture: `architecture` is
+    "bert" (the same encoder, presets and options), `model_type` "electra" (its own heads
+    and transformers classes). The summary_* fields are multiple choice's SequenceSummary."""
+
+    embedding_size: int | None = None
+    """Width E of the embedding tables; None: H. E != H adds `embeddings_project` (E -> H)
+    after the embeddings' LayerNorm and dropout (ELECTRA-Small: E 128, H 256)."""
+    classifier_dropout: float | None = None
+    """Dropout of the classification and token heads; None: hidden_dropout_prob."""
+    summary_type: str = "first"
+    """What multiple choice reads: only "first" (the [CLS] state, transformers' default)."""
+    summary_use_proj: bool = True
+    """Multiple choice: a dense H -> H (`sequence_summary.summary`) before its activation."""
+    summary_activation: str | None = "gelu"
+    """Multiple choice: the activation after that dense ("gelu", "tanh", "linear" or None)."""
+    summary_first_dropout: float = 0.0
+    """Multiple choice: dropout before the dense."""
+    summary_last_dropout: float = 0.1
+    """Multiple choice: dropout after the activation, before the classifier."""
+
+    model_type = "electra"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
+        if int(self.embedding_size) <= 0:
+            raise BertmodelError(f"ElectraConfig.embedding_size must be positive, got {self.embedding_size}")
+        if self.summary_type != "first":
+            raise BertmodelError(f"summary_type {self.summary_type!r} is not supported (only 'first')")
+        if self.summary_activation not in SUMMARY_ACTIVATIONS:
+            raise BertmodelError(f"summary_activation {self.summary_activation!r} is not supported (only gelu, "
+                                 "tanh, linear or none)")
+        for name in ("classifier_dropout", "summary_first_dropout", "summary_last_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise BertmodelError(f"ElectraConfig.{name} must be in [0, 1), got {value}")
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "model_type": "electra"}
+
+    def to_hf_dict(self) -> dict:
+        """A `config.json` that `transformers.ElectraForPreTraining.from_pretrained` reads."""
+        return {**super().to_hf_dict(), "architectures": ["ElectraForPreTraining"]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ElectraConfig":
+        if d.get("summary_proj_to_labels") and d.get("summary_use_proj", True):
+            raise BertmodelError("summary_proj_to_labels is not supported (multiple choice's summary projects to H)")
+        return super().from_dict(d)
+
+    def num_params(self, embeddings: bool = True) -> int:
+        """Encoder parameters (no pooler, no head), with the projection where E != H."""
+        H, E, I, L = self.hidden_size, self.embedding_size, self.intermediate_size, self.num_hidden_layers
+        layer = 4 * (H * H + H) + 2 * (H * I) + I + H + 2 * 2 * H
+        emb = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * E if embeddings else 0
+        return L * layer + emb + 2 * E + (E * H + H if E != H else 0)
+
+
 CONFIGS = {"bert": BertConfig, "modernbert": ModernBertConfig}  # --architecture -> its config
 ARCHITECTURES = tuple(CONFIGS)
+MODEL_TYPES = {"bert": BertConfig, "modernbert": ModernBertConfig, "electra": ElectraConfig}  # config.json's
 
 
-def config_from_dict(d: dict) -> BertConfig | ModernBertConfig:
-    """A config of either architecture (ours or a config.json), by its model_type (BERT's
+def config_from_dict(d: dict) -> BertConfig | ModernBertConfig | ElectraConfig:
+    """A config of any model type (ours or a config.json), by its model_type (BERT's
     dicts, ours and older ones, carry none)."""
     kind = d.get("model_type", "bert")
-    if kind not in CONFIGS:
-        raise BertmodelError(f"model_type {kind!r} is not supported; only {' and '.join(CONFIGS)} models are")
-    return CONFIGS[kind].from_dict(d)
+    if kind not in MODEL_TYPES:
+        raise BertmodelError(f"model_type {kind!r} is not supported; only {', '.join(MODEL_TYPES)} models are")
+    return MODEL_TYPES[kind].from_dict(d)
 
 
 def vocabulary_ids(tokenizer, architecture: str) -> dict:

@@ -8,6 +8,8 @@ Module and parameter names are exactly those of `transformers.BertModel` (under 
 - a head that reads only some positions (MLM slots, [CLS]) passes them as
   `query_index`: the last layer then computes only those rows (see Encoder);
 - there are no position_ids / token_type_ids buffers (positions are a slice of the table);
+- embedding tables narrower than H (ELECTRA's `embedding_size`, config.embedding_width)
+  are projected to H by `embeddings_project`, as transformers' ElectraModel does;
 - with `unpad` set (model/unpad.py) only the real tokens are computed, packed as (N, H),
   with the same results at every real position.
 Shapes: B batch, T padded sequence length, H hidden, A heads, D = H / A, P predictions,
@@ -27,12 +29,13 @@ from bertmodel.model.unpad import Packing, UnpaddableEncoder
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
+        E = config.embedding_width  # H, or ELECTRA's embedding_size
         # padding_idx as transformers: the [PAD] row gets no gradient from the lookup. It
         # matters where padded positions reach the loss (QA's softmax over the window).
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.word_embeddings = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, E)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E)
+        self.LayerNorm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -176,6 +179,8 @@ class BertModel(UnpaddableEncoder):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
         self.embeddings = Embeddings(config)
+        if config.embedding_width != config.hidden_size:  # ElectraModel's name and place: after the dropout
+            self.embeddings_project = Linear(config.embedding_width, config.hidden_size)
         self.encoder = Encoder(config)
         # transformers' BertForQuestionAnswering and BertForMaskedLM have no pooler.
         self.pooler = Pooler(config) if add_pooling_layer else None
@@ -186,11 +191,17 @@ class BertModel(UnpaddableEncoder):
         the same values at real tokens and zeros at padding."""
         if self.unpad is not None and attention_mask is not None:
             packing = Packing.from_mask(attention_mask, self.unpad)
-            x = self.encoder(self.embeddings.packed(input_ids, token_type_ids, packing), packing, query_index)
+            x = self._project(self.embeddings.packed(input_ids, token_type_ids, packing))
+            x = self.encoder(x, packing, query_index)
             return x if query_index is not None else packing.unpack(x)
         # (B, T) 1/0 -> (B, 1, 1, T) bool, True = may attend; broadcast over heads and queries.
         mask = None if _attends_everywhere(attention_mask) else attention_mask.bool()[:, None, None, :]
-        return self.encoder(self.embeddings(input_ids, token_type_ids), mask, query_index)
+        return self.encoder(self._project(self.embeddings(input_ids, token_type_ids)), mask, query_index)
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """(.., E) embeddings -> (.., H): `embeddings_project` where the tables are narrower."""
+        project = getattr(self, "embeddings_project", None)
+        return x if project is None else project(x)
 
     def embedding_tables(self) -> list[nn.Embedding]:
         emb = self.embeddings
