@@ -123,7 +123,8 @@ class FinetuneConfig(LoopConfig):
     lr: float = 2e-5
     batch_size: int = 32
     warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
+    weight_decay: float | None = None
+    """0.01 (the BERT paper's), or 1e-5 with stable-adamw (fully decoupled decay; see LoopConfig)."""
     max_steps: int | None = None
     """Default: epochs x steps per epoch."""
     save_every: int | None = None

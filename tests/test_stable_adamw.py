@@ -171,6 +171,11 @@ def test_the_trainers_options():
     assert LoopConfig(out="x", optimizer="stable-adamw", clip_grad=1.0).clip_grad == 1.0  # unless asked for
     assert LoopConfig(out="x").clip_grad == 1.0
     assert LoopConfig(out="x", adam_betas=[0.9, 0.98]).adam_betas == (0.9, 0.98)
+    # Fully decoupled decay multiplies the weights by 1 - wd each step at the peak: AdamW's 0.01
+    # would shrink them by 1% a step, so stable-adamw's default is ModernBERT's 1e-5.
+    assert LoopConfig(out="x", optimizer="stable-adamw").weight_decay == 1e-5
+    assert LoopConfig(out="x", optimizer="stable-adamw", weight_decay=0.0).weight_decay == 0.0
+    assert LoopConfig(out="x").weight_decay == LoopConfig(out="x", optimizer="lamb").weight_decay == 0.01
     with pytest.raises(BertmodelError, match="^optimizer must be adamw, lamb, stable-adamw, got 'adam'$"):
         LoopConfig(out="x", optimizer="adam")
     with pytest.raises(BertmodelError, match=r"^adam betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)$"):
@@ -208,3 +213,14 @@ def test_pretrain_with_stable_adamw_resumes_bit_exactly(shards, tmp_path):
         assert sa.keys() == {"step", "exp_avg", "exp_avg_sq"} and all(torch.equal(sa[k], sb[k]) for k in sa)
     records = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 6 and all(math.isfinite(r["loss"]) and r["skipped_steps"] == 0 for r in records)
+
+
+def test_finetune_takes_the_optimizer_options(tmp_path):
+    """finetune offers the same optimizers as pretrain; stable-adamw's decay default follows it."""
+    from bertmodel.finetune import FinetuneConfig
+
+    cfg = FinetuneConfig(out=str(tmp_path / "r"), task="classify", model="random:tiny", optimizer="stable-adamw",
+                         adam_betas=(0.9, 0.98))
+    assert (cfg.weight_decay, cfg.clip_grad, cfg.adam_betas) == (1e-5, 0.0, (0.9, 0.98))
+    help_text = CliRunner().invoke(main, ["finetune", "classify", "--help"]).output
+    assert "--optimizer [adamw|lamb|stable-adamw]" in help_text and "--adam-betas B1 B2" in help_text

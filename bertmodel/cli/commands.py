@@ -55,7 +55,7 @@ def _opt(name: str, **kwargs):
 @_opt("--optimizer", type=click.Choice(list(OPTIMIZERS)), help="AdamW (fused where available), LAMB, or "
       "StableAdamW (AdamW with per-tensor update clipping and fully decoupled weight decay, as ModernBERT).")
 @_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm); "
-      "stable-adamw's is per step relative to the peak lr (ModernBERT: 1e-5).")
+      "stable-adamw's is per step relative to the peak lr [default: 0.01; 1e-5 with stable-adamw, as ModernBERT].")
 @_opt("--adam-betas", type=(click.FloatRange(0, 1, max_open=True), click.FloatRange(0, 1, max_open=True)),
       metavar="B1 B2", help="The optimizer's two betas, e.g. 0.9 0.98 (ModernBERT).")
 @_opt("--adam-eps", type=click.FloatRange(min=0, min_open=True), help="The optimizer's epsilon.")

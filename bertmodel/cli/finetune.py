@@ -11,6 +11,7 @@ import click
 
 from bertmodel.cli.group import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.finetune import FinetuneConfig
+from bertmodel.training.optim import OPTIMIZERS
 from bertprep.cli.kit import OneLineErrors, progress_option, user_errors
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
@@ -152,7 +153,13 @@ def training_options(task: str):
              "steps spent decaying [default: 0.1]."),
         _opt("--decay-shape", type=click.Choice(["1-sqrt", "linear"]), help="With --schedule wsd: the decay's "
              "shape, peak x (1 - sqrt(progress)) (Hägele et al. 2024) or linear [default: 1-sqrt]."),
-        _opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm)."),
+        _opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm) "
+             "[default: 0.01; 1e-5 with stable-adamw, whose decay is fully decoupled]."),
+        _opt("--optimizer", type=click.Choice(list(OPTIMIZERS)), help="AdamW (fused where available), LAMB, or "
+             "StableAdamW (per-tensor update clipping, fully decoupled weight decay, as ModernBERT)."),
+        _opt("--adam-betas", type=(click.FloatRange(0, 1, max_open=True), click.FloatRange(0, 1, max_open=True)),
+             metavar="B1 B2", help="The optimizer's two betas, e.g. 0.9 0.98 (ModernBERT)."),
+        _opt("--adam-eps", type=click.FloatRange(min=0, min_open=True), help="The optimizer's epsilon."),
         _opt("--max-steps", type=click.IntRange(min=1), help="Stop after N steps [default: epochs x steps per epoch]."),
         _opt("--stop-at", type=click.IntRange(min=1), help="Save and stop at this step; the schedule still runs to "
              "--max-steps (rerun to continue)."),

@@ -35,7 +35,10 @@ class LoopConfig:
     "linear"; None: 1-sqrt."""
     optimizer: str = "adamw"
     """"adamw", "lamb" or "stable-adamw" (AdamW with per-tensor update clipping, as ModernBERT; optim.py)."""
-    weight_decay: float = 0.01
+    weight_decay: float | None = None
+    """Decoupled weight decay; None: 0.01, or 1e-5 with stable-adamw, whose decay is fully decoupled
+    (each step multiplies the weights by 1 - lr/peak x weight_decay, so AdamW's 0.01 would shrink them
+    by 1% a step; ModernBERT's 1e-5)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     """The moments' betas of every optimizer here (ModernBERT: 0.9, 0.98)."""
     adam_eps: float = 1e-6
@@ -87,6 +90,10 @@ class LoopConfig:
             raise BertmodelError(f"adam betas must be two numbers in [0, 1), got {self.adam_betas}")
         if self.adam_eps <= 0:
             raise BertmodelError(f"adam eps must be positive, got {self.adam_eps}")
+        if self.weight_decay is None:
+            self.weight_decay = 1e-5 if self.optimizer == "stable-adamw" else 0.01
+        if self.weight_decay < 0:
+            raise BertmodelError(f"weight decay must be 0 or positive, got {self.weight_decay}")
         if self.clip_grad is None:
             self.clip_grad = 0.0 if self.optimizer == "stable-adamw" else 1.0
         if self.clip_grad < 0:
