@@ -9,7 +9,9 @@ so `AutoModelFor....from_pretrained(dir)` loads with no missing or unexpected ke
 `AutoTokenizer.from_pretrained(dir)` works.
 
 Either architecture (config.json's model_type "bert" or "modernbert"; the tied decoder
-is cls.predictions.decoder.* for BERT, decoder.weight for ModernBERT).
+is cls.predictions.decoder.* for BERT, decoder.weight for ModernBERT), and ELECTRA
+(model_type "electra": the BERT encoder under `electra.`, ElectraModel, ElectraForPreTraining
+or any ElectraFor... head in, the fine-tuning heads out).
 
 Loading: `load_pretrained(path)` reads a RUN dir (its latest checkpoint), a checkpoint
 dir, or a Hugging Face BERT or ModernBERT dir of any head (BertModel,
@@ -50,11 +52,12 @@ SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "
                       "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
 
-ENCODER_PREFIXES = ("bert.", "model.")  # BertModel's and ModernBertModel's place in every head model
+ENCODER_PREFIXES = ("bert.", "model.", "electra.")  # BertModel's, ModernBertModel's, ElectraModel's place in heads
 POOLER_PREFIX = "bert.pooler."
 # A bare encoder's own names (no head prefix), per model_type
 BARE_ENCODER = {"bert": (("embeddings.", "encoder.", "pooler."), "bert."),
-                "modernbert": (("embeddings.", "layers.", "final_norm."), "model.")}
+                "modernbert": (("embeddings.", "layers.", "final_norm."), "model."),
+                "electra": (("embeddings.", "embeddings_project.", "encoder."), "electra.")}
 
 
 @dataclass
@@ -274,6 +277,12 @@ def _architecture(config: dict, sd: dict, path: Path) -> str:
     # No architectures field (older exports): tell the head by its weights.
     if config.get("model_type") == "modernbert":
         return "ModernBertForMaskedLM" if "decoder.bias" in sd or "decoder.weight" in sd else "ModernBertModel"
+    if config.get("model_type") == "electra":
+        for key, arch in (("discriminator_predictions.dense.weight", "ElectraForPreTraining"),
+                          ("generator_lm_head.bias", "ElectraForMaskedLM")):
+            if key in sd:
+                return arch
+        return "ElectraModel"
     for key, arch in (("cls.seq_relationship.weight", "BertForPreTraining"), ("cls.predictions.bias", "BertForMaskedLM"),
                       ("classifier.weight", "BertForSequenceClassification"),
                       ("qa_outputs.weight", "BertForQuestionAnswering")):
@@ -285,8 +294,7 @@ def _architecture(config: dict, sd: dict, path: Path) -> str:
 def _hf_head(config: dict, architecture: str) -> dict:
     """The head settings a transformers config.json carries (for our task objects)."""
     head = {}
-    if architecture in ("BertForSequenceClassification", "BertForTokenClassification",
-                        "ModernBertForSequenceClassification", "ModernBertForTokenClassification"):
+    if architecture.endswith(("ForSequenceClassification", "ForTokenClassification")):  # any model type's
         id2label = {int(k): v for k, v in (config.get("id2label") or {}).items()}
         head["num_labels"] = int(config.get("num_labels") or len(id2label) or 2)
         head["id2label"] = id2label
@@ -319,9 +327,9 @@ def load_pretrained(path) -> Pretrained:
             config = json.loads((path / "config.json").read_text())
         except (ValueError, UnicodeDecodeError) as exc:
             raise BertmodelError(f"{path}/config.json: not valid JSON ({exc})") from None
-        if config.get("model_type") not in ("bert", "modernbert"):
-            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert' or "
-                                 "'modernbert'; only BERT and ModernBERT models are supported")
+        if config.get("model_type") not in BARE_ENCODER:
+            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert', "
+                                 "'modernbert' or 'electra'; only BERT, ModernBERT and ELECTRA models are supported")
         try:
             cfg = config_from_dict(config)
         except BertmodelError as exc:

@@ -108,7 +108,9 @@ class Packing:
 # Heads whose batches are mostly padding and measured faster packed on a CPU (resolve).
 PACKED_ON_CPU = ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice",
                  "ModernBertForSequenceClassification", "ModernBertForTokenClassification",
-                 "ModernBertForMultipleChoice")
+                 "ModernBertForMultipleChoice",
+                 # ELECTRA's discriminator is the BERT encoder: the same kernels, the same trade
+                 "ElectraForSequenceClassification", "ElectraForTokenClassification", "ElectraForMultipleChoice")
 
 
 def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = None) -> str | None:
