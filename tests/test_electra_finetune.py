@@ -149,9 +149,9 @@ def test_sequence_classification_steps_equal_transformers(num_labels, embedding_
     theirs = twin(ours, num_labels=num_labels)
     set_unpad(ours, kernel)
     # One batch, seen at every step: ELECTRA's head starts near uniform (out_proj at std 0.02),
-    # and 8 steps over 8 batches of random labels need not lower batch 0's loss (train_both's check).
+    # and STEPS steps over as many batches of random labels need not lower batch 0's loss (train_both's check).
     first, _ = next(iter(classification_batches(VOCAB, regression=num_labels == 1)))
-    train_both(ours, theirs, [(dict(first), dict(first)) for _ in range(8)], clip=None)
+    train_both(ours, theirs, [(dict(first), dict(first)) for _ in range(STEPS)], clip=None)
 
 
 def test_a_first_step_in_fp32_is_within_fp32_rounding_of_float64():
