@@ -22,11 +22,12 @@ DATA_OPTIONS = ("train", "validation", "dataset", "dataset_config", "train_split
                 "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length",
                 "positive_label", "tokens_column", "tags_column", "label_all_tokens", "context_column",
                 "question_column", "choices_column", "choice_columns", "max_train_examples", "max_eval_examples",
-                "rerank_loss", "query_column", "passage_column", "positive_column", "negative_column")
+                "rerank_loss", "query_column", "passage_column", "positive_column", "negative_column",
+                "max_passage_length", "query_prefix", "passage_prefix")
 
 # `finetune TASK` -> the task a run directory records (tasks' `name`)
 TASK_NAMES = {"classify": "classification", "qa": "qa", "tokens": "token_classification",
-              "choice": "multiple_choice", "rerank": "rerank"}
+              "choice": "multiple_choice", "rerank": "rerank", "embed": "embed"}
 
 
 @dataclass(kw_only=True)
@@ -97,6 +98,24 @@ class FinetuneConfig(LoopConfig):
     negative_column: str | None = None
     """rerank, listwise: the hard negatives, comma-separated columns or one list column; None:
     "negatives" (a list), else negative, negative_1, negative_2, ... (as sentence-transformers names them)."""
+    pooling: str | None = None
+    """embed: the text's vector, "mean" of the last hidden states over the real tokens or "cls" (the
+    first token's); None: the source's own (a sentence-transformers directory's), else mean."""
+    scale: float = 20.0
+    """embed: the cosine similarities' scale in the in-batch-negatives loss (1 / temperature;
+    sentence-transformers' MultipleNegativesRankingLoss default)."""
+    mini_batch_size: int | None = None
+    """embed: GradCache: embed the batch this many texts at a time, so --batch-size (the in-batch
+    negatives) is bounded by time, not memory; the gradient is the uncached one."""
+    matryoshka_dims: tuple[int, ...] | str | None = None
+    """embed: also train the first d dimensions of the embedding as an embedding of its own, for each d
+    (e.g. "768,256,64"; the losses summed, as sentence-transformers' MatryoshkaLoss)."""
+    max_passage_length: int | None = None
+    """embed: tokens kept of a passage (default 256); queries keep --max-query-length (64)."""
+    query_prefix: str | None = None
+    """embed: text put before every query (e.g. "query: "); None: the source's prompt, else none."""
+    passage_prefix: str | None = None
+    """embed: text put before every passage (e.g. "passage: "); None: the source's prompt, else none."""
     max_seq_length: int | None = None  # 128, or 384 for qa
     max_train_examples: int | None = None
     """Train on the first N examples only (quick runs, learning curves, suites on a CPU)."""
@@ -153,6 +172,8 @@ class FinetuneConfig(LoopConfig):
             raise BertmodelError(f"rerank loss must be bce or listwise, got {self.rerank_loss!r}")
         if self.init not in ("pretrained", "random"):
             raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
+        if self.task == "embed":
+            self._check_embed_options()
         if self.max_seq_length is None:
             self.max_seq_length = 384 if self.task == "qa" else 128
         if self.epochs <= 0:
@@ -164,6 +185,32 @@ class FinetuneConfig(LoopConfig):
                 value = getattr(self, name)
                 if isinstance(value, str) and value.isdigit():
                     setattr(self, name, int(value))
+
+    def _check_embed_options(self) -> None:
+        if self.pooling not in (None, "mean", "cls"):
+            raise BertmodelError(f"pooling must be mean or cls, got {self.pooling!r}")
+        if not self.scale > 0:
+            raise BertmodelError(f"scale must be positive, got {self.scale}")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise BertmodelError(f"mini batch size must be at least 1, got {self.mini_batch_size}")
+        dims = self.matryoshka_dims
+        if isinstance(dims, str):
+            try:
+                dims = tuple(int(x) for x in dims.split(",") if x.strip())
+            except ValueError:
+                raise BertmodelError(f"--matryoshka-dims {self.matryoshka_dims!r}: give widths as integers, e.g. "
+                                     "768,256,64") from None
+        if dims is not None:
+            dims = tuple(int(x) for x in dims)
+            if not dims or min(dims) < 1 or len(set(dims)) != len(dims):
+                raise BertmodelError(f"--matryoshka-dims {self.matryoshka_dims!r}: give distinct positive widths, "
+                                     "e.g. 768,256,64")
+        self.matryoshka_dims = dims or None
+        self.max_passage_length = self.max_passage_length or 256
+        if min(self.max_passage_length, self.max_query_length) < 3:
+            raise BertmodelError("--max-query-length and --max-passage-length must leave room for [CLS], a token "
+                                 "and [SEP] (at least 3)")
+        self.max_seq_length = max(self.max_passage_length, self.max_query_length)
 
     @property
     def task_name(self) -> str:
@@ -179,6 +226,8 @@ class FinetuneConfig(LoopConfig):
     def meaningful_options(self) -> tuple[str, ...]:
         return MEANINGFUL + ("model", "architecture", "classifier_pooling", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
                              "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples", "rerank_loss",
+                             "pooling", "scale", "mini_batch_size", "matryoshka_dims", "max_passage_length",
+                             "query_prefix", "passage_prefix",
                              "max_eval_examples")
 
     def first(self, examples, which: str):
@@ -215,6 +264,10 @@ def make_task(cfg: FinetuneConfig, d, log):
         from bertmodel.tasks.rerank import RerankTask
 
         task = RerankTask(cfg, d, log)
+    elif cfg.task == "embed":
+        from bertmodel.tasks.embed import EmbedTask
+
+        task = EmbedTask(cfg, d, log)
     elif cfg.task == "choice":
         from bertmodel.tasks.choice import MultipleChoiceTask
 

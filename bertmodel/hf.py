@@ -38,6 +38,7 @@ from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
+from bertmodel.hf_sentence import SENTENCE_FILES, write_sentence_files
 from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight")
@@ -118,7 +119,10 @@ TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (tra
 # adds its names here: export_hf refuses to write any other). An export replaces a
 # directory only when it holds nothing but these, which it or an earlier export wrote:
 # never a user's files, a shard set or a run.
-EXPORT_FILES = frozenset({"config.json", "model.safetensors", TASK_FILE, *TOKENIZER_FILES})
+EXPORT_FILES = frozenset({"config.json", "model.safetensors", TASK_FILE, *TOKENIZER_FILES, *SENTENCE_FILES})
+# A bare encoder's export (an embed run's) keeps its tensors under the encoder's own names,
+# as save_pretrained of BertModel / ModernBertModel writes them.
+BARE_ARCHITECTURES = {"BertModel": "bert.", "ModernBertModel": "model."}
 SHARD_SET_FILES = ("manifest.json", "state.json", "dataset_info.json")  # bertprep build-shards' own
 
 
@@ -183,13 +187,19 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
         shutil.rmtree(tmp)
     try:
         tmp.mkdir()
-        save_file(hf_tensors(state_dict), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        tensors = hf_tensors(state_dict)
+        if architecture in BARE_ARCHITECTURES:
+            prefix = BARE_ARCHITECTURES[architecture]
+            tensors = {k.removeprefix(prefix): v for k, v in tensors.items()}
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         os.chmod(tmp / "model.safetensors", 0o666 & ~_umask())  # safetensors writes 0600; match the others
         hf_config = {**config.to_hf_dict(), "architectures": [architecture], **(head_config or {})}
         if tokenizer is not None:
             hf_config.update(_special_ids(tokenizer, config))
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
+        if task and task.get("sentence_transformers"):  # an embed run's: SentenceTransformer(dir) loads it
+            write_sentence_files(tmp, task["sentence_transformers"])
         if task:
             (tmp / TASK_FILE).write_text(json.dumps(task, indent=2, sort_keys=True) + "\n")
         unlisted = sorted(p.name for p in tmp.iterdir() if p.name not in EXPORT_FILES)

@@ -236,7 +236,8 @@ def _run(task: str, options: dict) -> None:
     options["report_to"] = list(options.get("report_to", ()))
     last = run_finetune(FinetuneConfig(task=task, **options))
     keys = ("step", "loss", "accuracy", "eval_accuracy", "eval_macro_f1", "eval_mcc", "eval_pearson",
-            "eval_spearman", "eval_exact_match", "eval_precision", "eval_recall", "eval_f1")
+            "eval_spearman", "eval_exact_match", "eval_precision", "eval_recall", "eval_f1", "eval_ndcg@10",
+            "eval_mrr@10", "eval_recall@100", "eval_map", "eval_auc")
     finish_run(options["out"], last, keys)
 
 

@@ -209,6 +209,9 @@ class BatchLoader:
                 P = arrays["masked_lm_positions"].shape[1] if "masked_lm_positions" in arrays else 0
                 # here, on the host: no device sync
                 extent = unpadded_extent(arrays["attention_mask"].reshape(-1, T))
+                for key in (k for k in arrays if k.endswith("_attention_mask")):  # a bi-encoder's passages
+                    more = unpadded_extent(arrays[key])
+                    extent = {name: extent[name] + more[name] for name in extent}
                 item = Batch(tensors, cursor, extent["tokens"], extent["attention_pairs"], (B, T, P))
                 while not self._stop.is_set():
                     try:

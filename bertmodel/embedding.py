@@ -1,0 +1,119 @@
+"""Texts to vectors with a bi-encoder: what `finetune embed` evaluates with, and what
+`bertmodel embed`, `search`, `evaluate` and the eval suite load.
+
+`load_embedder(path)` reads an embed run (RUN, RUN/hf, a checkpoint), any
+sentence-transformers directory (its pooling, normalisation and prompts), or a plain
+transformers BERT/ModernBERT directory (mean pooling, normalised: the usual
+sentence-embedding reading of an encoder); `encode_queries` / `encode_passages` give
+(n, D) float32 rows, each text with its prefix (the run's --query-prefix /
+--passage-prefix, a sentence-transformers model's "query" / "document" prompt) and cut at
+its length. Texts are encoded longest first, so a batch holds texts of like length and
+little padding; the rows come back in the order given (padding does not change a text's
+vector: attention and pooling skip it).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertmodel.errors import BertmodelError
+
+DEFAULT_SETTINGS = {"pooling": "mean", "normalize": True, "query_prefix": "", "passage_prefix": "",
+                    "max_query_length": 64, "max_passage_length": 256}
+
+
+@dataclass
+class Embedder:
+    model: torch.nn.Module  # a model/bi_encoder.py bi-encoder
+    tokenizer_path: Path
+    settings: dict
+    device: torch.device
+    pad_id: int = 0
+    batch_size: int = 64
+    autocast: contextlib.AbstractContextManager | None = None
+
+    @property
+    def dimension(self) -> int:
+        return self.model.config.hidden_size
+
+    def encode(self, texts: list[str], kind: str = "passage", on_batch=None) -> np.ndarray:
+        """(n, D) float32 vectors of `texts` read as queries or passages (`kind`)."""
+        from bertmodel.data.classification import encode_texts, pad_batch
+        from bertmodel.tasks.finetuning import forward_all
+
+        prefix = self.settings.get(f"{kind}_prefix") or ""
+        length = int(self.settings[f"max_{kind}_length"])
+        if not len(texts):
+            return np.zeros((0, self.dimension), np.float32)
+        encoded = encode_texts(self.tokenizer_path, [prefix + t for t in texts], None, length)
+        order = np.argsort(-encoded.lengths, kind="stable")  # longest first: batches of like length
+
+        def batch_of(rows):
+            batch = pad_batch(encoded, order[rows], self.pad_id, 1)
+            batch.pop("labels", None)
+            return batch
+
+        out = np.empty((len(texts), self.dimension), np.float32)
+        autocast = self.autocast or contextlib.nullcontext()
+        for rows, result in forward_all(self.model, len(texts), batch_of, self.batch_size, self.device, autocast,
+                                        on_batch):
+            out[order[rows]] = result.query_embeddings.float().cpu().numpy()
+        return out
+
+    def encode_queries(self, texts: list[str], on_batch=None) -> np.ndarray:
+        return self.encode(list(texts), "query", on_batch)
+
+    def encode_passages(self, texts: list[str], on_batch=None) -> np.ndarray:
+        return self.encode(list(texts), "passage", on_batch)
+
+
+def embedding_settings(pre, directory: Path) -> dict:
+    """How the model was trained to read texts: an embed run's recorded settings, a
+    sentence-transformers directory's modules, or the defaults."""
+    from bertmodel.hf_sentence import read_sentence_settings
+
+    settings = dict(DEFAULT_SETTINGS)
+    recorded = pre.head.get("embedding")
+    if recorded:
+        settings.update(recorded)
+        return settings
+    found = read_sentence_settings(directory) if directory.is_dir() else None
+    if found:
+        settings.update(found)
+    return settings
+
+
+def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_length: int | None = None,
+                  max_query_length: int | None = None) -> Embedder:
+    """An Embedder for an embed run, a sentence-transformers dir or a transformers dir."""
+    from bertmodel.evaluation import model_dir
+    from bertmodel.hf import load_into, load_pretrained
+    from bertmodel.model.bi_encoder import BI_ENCODERS
+    from bertmodel.tasks.finetuning import tokenizer_path
+    from bertmodel.training import parallel
+
+    directory = model_dir(path)
+    pre = load_pretrained(directory)
+    if pre.head.get("name") not in (None, "embed") and pre.architecture not in ("BertModel", "ModernBertModel"):
+        raise BertmodelError(f"{path}: a {pre.head.get('name')} run ({pre.architecture}), not an embedding model; "
+                             "embed runs, sentence-transformers and transformers encoder directories embed texts")
+    model_type = pre.config.model_type
+    if model_type not in BI_ENCODERS:
+        raise BertmodelError(f"{path}: a {model_type} model; embeddings are read from BERT and ModernBERT encoders")
+    if pre.tokenizer is None:
+        raise BertmodelError(f"{path}: no tokenizer files (vocab.txt or tokenizer.json) stored with it")
+    settings = embedding_settings(pre, Path(pre.source))
+    for name, value in (("max_passage_length", max_passage_length), ("max_query_length", max_query_length)):
+        if value is not None:
+            settings[name] = value
+    for name in ("max_passage_length", "max_query_length"):
+        settings[name] = min(int(settings[name]), pre.config.max_position_embeddings)
+    model = BI_ENCODERS[model_type](pre.config, pooling=settings["pooling"], normalize=settings["normalize"])
+    load_into(model, pre)
+    dev = torch.device(parallel.resolve_device(device))
+    return Embedder(model.to(dev).eval(), tokenizer_path(pre.tokenizer), settings, dev,
+                    pre.tokenizer.special_ids.get("pad", 0), batch_size)

@@ -1,0 +1,100 @@
+"""The sentence-transformers files of an embed run's export, beside transformers' own
+(hf.export_hf writes both), so `SentenceTransformer(dir)` loads it as we encode:
+
+  modules.json                      Transformer (this directory) -> Pooling -> Normalize
+  sentence_bert_config.json         the Transformer module: last_hidden_state as token_embeddings
+  1_Pooling/config.json             mean or cls, over the prompt's tokens too (as we pool)
+  2_Normalize/config.json           unit vectors (what the cosine and our search use)
+  config_sentence_transformers.json the prompts ("query", "document": our --query-prefix and
+                                    --passage-prefix, which encode_query / encode_document
+                                    prepend), cosine similarity
+  tokenizer_config.json             model_max_length = the passage length: sentence-transformers
+                                    has one length for every text (ours cuts queries at
+                                    --max-query-length, so a query longer than that is read
+                                    whole there)
+This is sentence-transformers 6's layout (its own `save` writes the same files).
+"""
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+
+from bertmodel.errors import BertmodelError
+
+MODULES = "modules.json"
+SENTENCE_FILES = frozenset({MODULES, "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling",
+                            "2_Normalize"})
+
+
+def _dump(path: Path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _versions() -> dict:
+    out = {}
+    for key, package in (("pytorch", "torch"), ("transformers", "transformers"),
+                         ("sentence_transformers", "sentence-transformers")):
+        try:
+            out[key] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def write_sentence_files(out_dir, settings: dict) -> None:
+    """settings: {"pooling", "dimension", "normalize", "query_prefix", "passage_prefix",
+    "max_seq_length"} (what tasks/embed.py records in its state)."""
+    out_dir = Path(out_dir)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling",
+                "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"}]
+    if settings.get("normalize", True):
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.base.modules.normalize.Normalize"})
+        _dump(out_dir / "2_Normalize" / "config.json",
+              {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"})
+    _dump(out_dir / MODULES, modules)
+    _dump(out_dir / "sentence_bert_config.json",
+          {"transformer_task": "feature-extraction", "module_output_name": "token_embeddings",
+           "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}})
+    _dump(out_dir / "1_Pooling" / "config.json",
+          {"embedding_dimension": int(settings["dimension"]), "pooling_mode": settings["pooling"],
+           "include_prompt": True})
+    _dump(out_dir / "config_sentence_transformers.json",
+          {"__version__": _versions(), "model_type": "SentenceTransformer", "default_prompt_name": None,
+           "prompts": {"query": settings.get("query_prefix") or "", "document": settings.get("passage_prefix") or ""},
+           "similarity_fn_name": "cosine"})
+    config_path = out_dir / "tokenizer_config.json"
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config["model_max_length"] = int(settings["max_seq_length"])
+        config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def read_sentence_settings(directory) -> dict | None:
+    """A sentence-transformers directory's pooling, normalisation, prompts and length, in
+    write_sentence_files' terms; None where the directory has no modules.json."""
+    directory = Path(directory)
+    if not (directory / MODULES).is_file():
+        return None
+    modules = json.loads((directory / MODULES).read_text(encoding="utf-8"))
+    settings = {"pooling": "mean", "normalize": False, "query_prefix": "", "passage_prefix": ""}
+    for module in modules:
+        kind = module.get("type", "")
+        if kind.endswith("Pooling"):
+            config = json.loads((directory / module["path"] / "config.json").read_text(encoding="utf-8"))
+            mode = config.get("pooling_mode") or ("cls" if config.get("pooling_mode_cls_token") else "mean")
+            if mode not in ("mean", "cls"):
+                raise BertmodelError(f"{directory / module['path']}/config.json: pooling {mode!r}; embed reads "
+                                     "mean or cls pooling")
+            settings["pooling"] = mode
+        elif kind.endswith("Normalize"):
+            settings["normalize"] = True
+    st_config = directory / "config_sentence_transformers.json"
+    if st_config.is_file():
+        prompts = json.loads(st_config.read_text(encoding="utf-8")).get("prompts") or {}
+        settings["query_prefix"] = prompts.get("query", "")
+        settings["passage_prefix"] = prompts.get("document", prompts.get("passage", ""))
+    return settings
