@@ -23,18 +23,11 @@ import torch
 
 from bertmodel.training import parallel
 from bertmodel.errors import BertmodelError
-from bertmodel.hf import load_into, load_pretrained
+from bertmodel.hf import load_into, load_pretrained, model_dir
 from bertmodel.model import KIND_OF
 
 TASK_OF = {architecture: kind for architecture, kind in KIND_OF.items()  # either architecture's fine-tuned heads
            if kind in ("classify", "qa", "tokens", "choice")}
-
-
-def model_dir(path) -> Path:
-    path = Path(path)
-    if (path / "hf" / "config.json").is_file():
-        return path / "hf"
-    return path
 
 
 def _setup(model, options: dict, device: str, read_validation: bool = True, unpad: str = "auto", log=None,

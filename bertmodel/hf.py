@@ -38,7 +38,7 @@ from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
-from bertmodel.hf_sentence import SENTENCE_FILES, write_sentence_files
+from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
 from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight")
@@ -124,6 +124,14 @@ EXPORT_FILES = frozenset({"config.json", "model.safetensors", TASK_FILE, *TOKENI
 # as save_pretrained of BertModel / ModernBertModel writes them.
 BARE_ARCHITECTURES = {"BertModel": "bert.", "ModernBertModel": "model."}
 SHARD_SET_FILES = ("manifest.json", "state.json", "dataset_info.json")  # bertprep build-shards' own
+
+
+def model_dir(path) -> Path:
+    """A run directory's export (RUN/hf) when it has one, else the directory itself."""
+    path = Path(path)
+    if (path / "hf" / "config.json").is_file():
+        return path / "hf"
+    return path
 
 
 def check_export_dir(out_dir, overwrite: bool = True) -> None:

@@ -16,6 +16,7 @@ from bertmodel.model.config import BertConfig
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import EXPORT_FILES, export_hf, load_pretrained
+from bertmodel.retrieval.sentence_files import SENTENCE_FILES
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.synthetic import small_shard_dir
 from bertprep.storage import DirectoryLock
@@ -55,7 +56,9 @@ def test_export_keeps_a_users_files_with_or_without_overwrite(run, tmp_path):
         result = CliRunner().invoke(main, ["export-hf", str(run), str(victim), *extra])
         assert result.exit_code == 1
         assert result.output == (f"Error: {victim}: holds files an export never writes (notes.txt); an export "
-                                 "replaces only its own files (bertmodel_task.json, config.json, model.safetensors, "
+                                 "replaces only its own files (1_Pooling, 2_Normalize, bertmodel_task.json, "
+                                 "config.json, config_sentence_transformers.json, model.safetensors, modules.json, "
+                                 "sentence_bert_config.json, "
                                  "special_tokens_map.json, tokenizer.json, tokenizer_config.json, vocab.txt), so "
                                  "choose another directory\n")
         assert snapshot(victim) == {"notes.txt": b"important", "config.json": b"{}"}
@@ -126,7 +129,9 @@ def test_every_file_an_export_writes_is_listed_and_anything_else_is_refused(tmp_
     tok = tokenizer_info(small_shard_dir(tmp_path / "s", rows=8))
     model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size))
     out = export_hf(model, tmp_path / "hf", tokenizer=tok, task={"architecture": "BertForPreTraining"})
-    assert {p.name for p in out.iterdir()} == EXPORT_FILES
+    # A pre-training export writes the transformers files; an embed run's adds
+    # sentence-transformers' (test_embed.py), and the two together are every name listed.
+    assert {p.name for p in out.iterdir()} == EXPORT_FILES - SENTENCE_FILES
     export_hf(model, out, tokenizer=tok)  # the library replaces an earlier export (RUN/hf at every save)
     with pytest.raises(BertmodelError, match="holds an earlier export"):
         export_hf(model, out, tokenizer=tok, overwrite=False)

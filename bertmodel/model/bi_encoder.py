@@ -5,7 +5,7 @@ pooled and normalised vector per text, trained with the in-batch-negatives loss
 Its tensors are the encoder's alone, under the head models' names (`bert.*` or
 `model.*`), so checkpoints load like every head's; the export is the bare encoder
 (transformers' BertModel / ModernBertModel, the module sentence-transformers wraps) with
-the sentence-transformers files beside it (hf_sentence.py).
+the sentence-transformers files beside it (retrieval/sentence_files.py).
 
 Pooling (sentence-transformers' Pooling module): "mean" of the last hidden states over
 the real tokens (padding excluded; sum / max(count, 1e-9) as there), or "cls", the first
@@ -118,9 +118,10 @@ class _BiEncoder:
         """The hook: each mini-batch embedded again, its cached gradient (scaled by the
         loss's own gradient, e.g. 1 / grad_accum) back-propagated into the weights."""
         for (tensors, which, rows), state in zip(chunks, states):
+            # Hooks run under the backward pass's no-grad mode: the product too needs a graph.
             with _replaying(state, tensors[0].device), torch.enable_grad():
                 vectors = self.embed(*tensors)
-            (vectors * (cached[which][rows] * grad_output)).sum().backward()
+                (vectors * (cached[which][rows] * grad_output)).sum().backward()
         return None
 
 

@@ -16,7 +16,7 @@ validation pairs made into a collection (every distinct positive and negative a 
 each query's positives its relevant ones), the corpus encoded in batches and searched
 exactly (eval/search.py): nDCG@10 (the default --metric-for-best), MRR@10, Recall@100,
 MAP. RUN/hf is the encoder (BertModel / ModernBertModel) with the sentence-transformers
-files (hf_sentence.py).
+files (retrieval/sentence_files.py).
 """
 from __future__ import annotations
 
@@ -28,12 +28,13 @@ import torch
 from bertmodel.data.beir import BeirData, beir_splits, is_beir_dir, read_beir
 from bertmodel.data.classification import EncodedExamples, encode_texts, pad_batch
 from bertmodel.data.pairs import Pairs, read_hub_pairs, read_pairs
-from bertmodel.embedding import Embedder
+from bertmodel.retrieval.embedder import Embedder
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.ranking import METRICS, ranking_metrics
 from bertmodel.eval.search import dense_run
-from bertmodel.hf_sentence import read_sentence_settings
+from bertmodel.retrieval.sentence_files import read_sentence_settings
 from bertmodel.model.bi_encoder import BI_ENCODERS
+from bertmodel.model.contrastive import duplicate_mask
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.training.metrics import encoder_flops
 from bertmodel.tasks.finetuning import FinetuningTask, IntervalStats, best_metric, split_identity, start_from
@@ -54,13 +55,13 @@ def read_split(cfg, which: str) -> Pairs | BeirData | None:
 
 
 def beir_split(path, asked: str | None) -> str:
-    """The split of a BEIR directory to evaluate on: the one asked for where it exists,
-    else dev, else test (the default "validation" is no BEIR split's name)."""
+    """The split of a BEIR directory to evaluate on: the one asked for (read_beir refuses
+    one the directory lacks, naming those it has); by default ("validation", which is
+    no BEIR split's name) dev, else test."""
+    if asked not in (None, "validation"):
+        return asked
     have = beir_splits(path)
-    for split in (asked, "dev", "test"):
-        if split in have:
-            return split
-    return asked or "dev"  # read_beir names what the directory has
+    return next((split for split in ("dev", "test") if split in have), "dev")
 
 
 def pairs_collection(pairs: Pairs) -> BeirData:
@@ -106,11 +107,12 @@ class PairSet:
 
 class EmbedStats(IntervalStats):
     """Loss, and in-batch accuracy: the share of queries whose own positive scores
-    highest among the batch's candidates."""
+    highest among the batch's candidates (the loss's: duplicates left out)."""
 
     @torch.no_grad()
     def add(self, out, tensors: dict) -> None:
         scores = out.query_embeddings.float() @ out.passage_embeddings.float().T
+        scores = scores.masked_fill(duplicate_mask(tensors["text_ids"]), float("-inf"))  # the loss's candidates
         B = scores.shape[0]
         correct = (scores.argmax(-1) == torch.arange(B, device=scores.device)).sum()
         self.add_counts(out.loss, correct, B)

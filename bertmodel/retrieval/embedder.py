@@ -74,7 +74,7 @@ class Embedder:
 def embedding_settings(pre, directory: Path) -> dict:
     """How the model was trained to read texts: an embed run's recorded settings, a
     sentence-transformers directory's modules, or the defaults."""
-    from bertmodel.hf_sentence import read_sentence_settings
+    from bertmodel.retrieval.sentence_files import read_sentence_settings
 
     settings = dict(DEFAULT_SETTINGS)
     recorded = pre.head.get("embedding")
@@ -90,8 +90,7 @@ def embedding_settings(pre, directory: Path) -> dict:
 def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_length: int | None = None,
                   max_query_length: int | None = None) -> Embedder:
     """An Embedder for an embed run, a sentence-transformers dir or a transformers dir."""
-    from bertmodel.evaluation import model_dir
-    from bertmodel.hf import load_into, load_pretrained
+    from bertmodel.hf import load_into, load_pretrained, model_dir
     from bertmodel.model.bi_encoder import BI_ENCODERS
     from bertmodel.tasks.finetuning import tokenizer_path
     from bertmodel.training import parallel
