@@ -47,7 +47,7 @@ def read_split(cfg, which: str) -> Pairs | BeirData | None:
                    negative_column=cfg.negative_column)
     if path:
         if which == "validation" and is_beir_dir(path):
-            return read_beir(path, beir_split(path, split))
+            return first_queries(read_beir(path, beir_split(path, split)), cfg.max_eval_examples)
         return cfg.first(read_pairs(path, split=split, **columns), which)
     if cfg.dataset:
         return cfg.first(read_hub_pairs(cfg.dataset, config=cfg.dataset_config, split=split, **columns), which)
@@ -62,6 +62,16 @@ def beir_split(path, asked: str | None) -> str:
         return asked
     have = beir_splits(path)
     return next((split for split in ("dev", "test") if split in have), "dev")
+
+
+def first_queries(data: BeirData, limit: int | None) -> BeirData:
+    """--max-eval-examples on a collection: its first `limit` judged queries (in the order
+    of the split's qrels), searched over the whole corpus."""
+    if limit is None or limit >= len(data.queries):
+        return data
+    kept = list(data.queries)[:limit]
+    return BeirData(data.corpus, {q: data.queries[q] for q in kept}, {q: data.qrels[q] for q in kept if q in data.qrels},
+                    data.split, data.source)
 
 
 def pairs_collection(pairs: Pairs) -> BeirData:
