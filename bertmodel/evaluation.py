@@ -45,6 +45,8 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     directory = model_dir(model)
     pre = load_pretrained(directory)
     task_name = TASK_OF.get(pre.architecture)
+    if pre.head.get("name") == "rerank":  # a cross-encoder: the classification head, read as a reranker
+        task_name = "rerank"
     if task_name is None:
         raise BertmodelError(f"{model}: a {pre.architecture} model is not a fine-tuned classifier or QA model")
     saved = dict(pre.head.get("options") or {})
@@ -76,6 +78,11 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
             tags = TagSet(names, any(n[:2] in ("B-", "I-", "E-", "S-") for n in names))
         task = TokenClassificationTask(cfg, d, log, tag_set=tags, allow_unknown_tags=allow_unknown_tags)
         net = task.model_class(pre.config, len(tags.tags))
+    elif task_name == "rerank":
+        from bertmodel.tasks.rerank import RerankTask
+
+        task = RerankTask(cfg, d, log, evaluation_only=True)
+        net = task.model_class(pre.config)
     elif task_name == "choice":
         from bertmodel.tasks.choice import MultipleChoiceTask
 
@@ -95,6 +102,13 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     set_unpad(net, resolve_unpad(unpad, d.device, net))  # only how it computes: the weights are the same
     task.trained_options = pre.head.get("options")  # the run's data options; None: a transformers dir
     return task, net.to(d.device).eval(), d
+
+
+def load_task_model(model, options: dict, device: str = "cpu", read_validation: bool = True, unpad: str = "auto",
+                    log=None):
+    """(task object, model on device and in eval mode, Dist) of a fine-tuned model: what
+    evaluation, prediction and the retrieval evaluation (retrieval/evaluate.py) score with."""
+    return _setup(model, options, device, read_validation=read_validation, unpad=unpad, log=log)
 
 
 PREDICTION_FILES = {"classify": ("predictions.jsonl",), "qa": ("predictions.json", "nbest_predictions.json")}
@@ -144,6 +158,10 @@ def evaluate_model(model, options: dict, out_dir=None, device: str = "cpu", unpa
 
         metrics = task.evaluate(net, d, autocast)
         write_qa_outputs(paths, *task.last_predictions)
+    elif task.name == "rerank":  # labelled pairs: a JSON line per pair, its score and gold label
+        logits = task.predict(net, task.validation, d.device, autocast, task.cfg.eval_batch_size)
+        metrics = task.evaluate(net, d, autocast, logits=logits)
+        _write_jsonl(paths[0], task.prediction_records(logits))
     elif _is_tokens(task):  # a JSON line per sentence: its words, predicted and gold tags
         metrics = task.evaluate(net, d, autocast)
         _write_jsonl(paths[0], task.prediction_records(task.last_word_logits))

@@ -335,10 +335,14 @@ def choice(**options):
 @click.option("--overwrite", is_flag=True, help="Replace the prediction files an earlier evaluation left in --out.")
 @click.option("--allow-unknown-tags", is_flag=True, help="Score data whose gold tags the model does not know: they "
               "count as missed entities and wrong words, and no loss is reported (tokens; refused without it).")
+@click.option("--first-stage", default="bm25", show_default=True, help="A rerank run on a BEIR directory: the "
+              "candidates it rescores, bm25 (bm25s) or an embed run's directory.")
+@click.option("--top-k", type=click.IntRange(min=1), default=100, show_default=True,
+              help="A rerank run on a BEIR directory: candidates per query from the first stage.")
 @data_options(None, defaults=False)
 @progress_option
 @user_errors
-def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_tags, **options):
+def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_tags, first_stage, top_k, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
 
@@ -351,8 +355,20 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_t
       bertmodel evaluate rte/ --data RTE/dev.tsv
     """
     from bertmodel.evaluation import evaluate_model
+    from bertmodel.data.beir import is_beir_dir
+    from bertmodel.retrieval.evaluate import evaluate_retrieval, retrieval_kind
     from bertmodel.tasks.finetuning import pass_progress
 
+    kind = retrieval_kind(run)
+    if kind == "embed" or (kind == "rerank" and data and is_beir_dir(data)):
+        with pass_progress(progress, "eval"):
+            metrics, paths = evaluate_retrieval(run, data, options.get("validation_split"),
+                                                first_stage, top_k, out_dir=out, device=device or "auto",
+                                                batch_size=options.get("eval_batch_size") or 64, overwrite=overwrite,
+                                                log=functools.partial(click.echo, err=True))
+        click.echo(json.dumps(metrics, sort_keys=True))
+        click.echo(f"ranking: {', '.join(map(str, paths))}", err=True)
+        return
     if data:
         options["validation"] = data
         options["dataset"] = None

@@ -1,11 +1,12 @@
-"""Retrieval commands: squad-to-beir (a BEIR directory from SQuAD-format data). Thin: the
-work is data/squad_beir.py's."""
+"""Retrieval commands: squad-to-beir (a BEIR directory from SQuAD-format data), embed (a
+file's embeddings to Parquet) and search (a corpus searched with a few queries). Thin: the
+work is data/squad_beir.py's and retrieval/texts.py's."""
 from __future__ import annotations
 
 import click
 
 from bertmodel.cli.group import CONTEXT_SETTINGS, main
-from bertprep.cli.kit import user_errors
+from bertprep.cli.kit import progress_option, user_errors
 
 
 @main.command("squad-to-beir", context_settings=CONTEXT_SETTINGS)
@@ -32,3 +33,70 @@ def squad_to_beir_command(source, out, dev_fraction, test_fraction, seed, overwr
     click.echo(f"{summary.out}: {summary.passages} passages; queries "
                + ", ".join(f"{s} {n}" for s, n in summary.queries.items())
                + f"; {summary.unanswerable} unanswerable left out")
+
+
+@main.command("embed", context_settings=CONTEXT_SETTINGS)
+@click.argument("run", type=click.Path(exists=True))
+@click.option("--file", "file", required=True, type=click.Path(exists=True), help="Texts to embed: JSONL, CSV, TSV, "
+              "Parquet or a save_to_disk dir (a BEIR corpus.jsonl: title + text).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The Parquet file to write (id, embedding).")
+@click.option("--column", help="The text column [default: text, passage, document, sentence, query, question or "
+              "anchor; title + text where both are there].")
+@click.option("--kind", type=click.Choice(["passage", "query"]), default="passage", show_default=True,
+              help="Read the texts as passages or queries (their prefix and length).")
+@click.option("--split", help="The split of a save_to_disk DatasetDict.")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Texts per forward pass.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@progress_option
+@user_errors
+def embed_command(run, file, out, column, kind, split, device, batch_size, overwrite, progress):
+    """Write the embeddings of a file's texts to Parquet (an `id` column where the file
+    has `_id` or `id`, and `embedding`, float32), for an index elsewhere. RUN: an embed
+    run, a sentence-transformers dir or a transformers encoder dir.
+
+    \b
+    Example:
+      bertmodel embed embed/ --file beir-squad/corpus.jsonl --out corpus.parquet
+    """
+    from bertmodel.retrieval.texts import embed_file
+    from bertmodel.tasks.finetuning import pass_progress
+
+    with pass_progress(progress, "embed"):
+        path, rows, dim = embed_file(run, file, out, column=column, kind=kind, device=device, batch_size=batch_size,
+                                     overwrite=overwrite, split=split, log=lambda m: click.echo(m, err=True))
+    click.echo(f"{path}: {rows:,} embeddings of dimension {dim}")
+
+
+@main.command("search", context_settings=CONTEXT_SETTINGS)
+@click.argument("run", type=click.Path(exists=True))
+@click.option("--corpus", required=True, type=click.Path(exists=True), help="A BEIR directory, or a file of texts "
+              "(JSONL, CSV, TSV, Parquet; its id column where it has one).")
+@click.option("--query", "queries", multiple=True, required=True, help="A query (repeat for more).")
+@click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Passages shown per query.")
+@click.option("--column", help="The corpus file's text column [default: as `bertmodel embed`].")
+@click.option("--candidates", type=click.IntRange(min=1), default=100, show_default=True,
+              help="A rerank run: BM25 candidates per query it rescores.")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Texts per forward pass.")
+@progress_option
+@user_errors
+def search_command(run, corpus, queries, top_k, column, candidates, device, batch_size, progress):
+    """Search a corpus with a few queries: a JSON line per hit (query, rank, id, score,
+    text), best first. An embed run (or a sentence-transformers dir) searches exactly;
+    a rerank run rescores BM25's top --candidates.
+
+    \b
+    Example:
+      bertmodel search embed/ --corpus beir-squad/ --query "Who designed the Eiffel tower?"
+    """
+    import json
+
+    from bertmodel.retrieval.texts import search
+    from bertmodel.tasks.finetuning import pass_progress
+
+    with pass_progress(progress, "search"):
+        hits = search(run, corpus, list(queries), top_k=top_k, column=column, device=device, batch_size=batch_size,
+                      candidates=candidates)
+    for hit in hits:
+        click.echo(json.dumps(hit, ensure_ascii=False))

@@ -1,0 +1,164 @@
+"""Retrieval evaluation of an embed or rerank run on a collection: what `bertmodel evaluate
+RUN --data BEIR_DIR` and the eval suite's retrieval and reranking tasks run.
+
+An embed run encodes the queries and the whole corpus (in batches, longest texts first)
+and searches exactly (eval/search.py: chunked matrix products, the top k merged, so memory
+is bounded by the chunk, not the corpus). A rerank run rescores each query's top k of a
+first stage: BM25 (bm25s) or an embed run's exact search; the first stage's own measures
+are reported beside (`first_stage_*`), so the reranker's gain is in the same output. The
+measures are trec_eval's nDCG@10, MRR@10, Recall@100 and MAP, averaged over the split's
+judged queries (eval/ranking.py).
+
+The ranking goes to RUN/run.trec (or --out DIR), in TREC's run format (`query Q0 passage
+rank score tag`), written whole or not at all; an earlier one is replaced only with
+overwrite."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertmodel.data.beir import BeirData, is_beir_dir, read_beir
+from bertmodel.errors import BertmodelError
+from bertmodel.eval.ranking import ranking_metrics, trec_order
+from bertmodel.eval.search import dense_run, rerank_run
+from bertmodel.hf import TASK_FILE, model_dir
+
+RUN_FILE = "run.trec"
+RETRIEVAL_TASKS = ("embed", "rerank")
+
+
+def retrieval_kind(model) -> str | None:
+    """"embed" or "rerank" for such a run (by its exported task file), else None."""
+    try:
+        name = json.loads((model_dir(model) / TASK_FILE).read_text()).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if name in RETRIEVAL_TASKS else None
+
+
+def read_collection(data, split: str | None = None) -> BeirData:
+    """A BEIR directory's split (default dev, else test), or (query, positive[, negatives])
+    pairs made into a collection (tasks/embed.py's pairs_collection)."""
+    from bertmodel.data.pairs import read_pairs
+    from bertmodel.tasks.embed import beir_split, pairs_collection
+
+    if is_beir_dir(data):
+        return read_beir(data, beir_split(data, split))
+    return pairs_collection(read_pairs(data, split=split))
+
+
+@dataclass
+class RetrievalResult:
+    metrics: dict[str, float]
+    run: dict[str, dict[str, float]]
+    queries: int
+    passages: int
+
+
+def embed_retrieval(model, beir: BeirData, device: str = "cpu", batch_size: int = 64, k: int = 100,
+                    log=None, judged: bool = True) -> RetrievalResult:
+    """Exact search with an embed run (or any model load_embedder reads) over the
+    collection; its measures unless not `judged` (a search without qrels)."""
+    from bertmodel.retrieval.embedder import load_embedder
+
+    embedder = load_embedder(model, device=device, batch_size=batch_size)
+    if log:
+        log(f"encoding {len(beir.queries):,} queries and {len(beir.corpus):,} passages with {model}")
+    run = dense_run(beir, embedder.encode_queries, embedder.encode_passages, k=k)
+    return RetrievalResult(ranking_metrics(run, beir.qrels) if judged else {}, run, len(beir.queries),
+                           len(beir.corpus))
+
+
+def first_stage_run(beir: BeirData, first_stage: str, top_k: int, device: str, batch_size: int,
+                    log=None) -> dict[str, dict[str, float]]:
+    """The candidates a reranker rescores: BM25's top k, or an embed run's."""
+    if first_stage == "bm25":
+        from bertmodel.eval.bm25 import bm25_run
+
+        if log:
+            log(f"first stage: BM25 (bm25s) top {top_k} of {len(beir.corpus):,} passages")
+        return bm25_run(beir, k=top_k)
+    if not Path(first_stage).exists():
+        raise BertmodelError(f"{first_stage}: no such first stage (bm25, or an embed run's directory)")
+    if log:
+        log(f"first stage: {first_stage} (exact search) top {top_k} of {len(beir.corpus):,} passages")
+    return embed_retrieval(first_stage, beir, device, batch_size, k=top_k, judged=False).run
+
+
+def rerank_retrieval(model, beir: BeirData, first_stage: str = "bm25", top_k: int = 100, device: str = "cpu",
+                     batch_size: int = 64, log=None, judged: bool = True) -> RetrievalResult:
+    """The first stage's top k of each query rescored by a rerank run; its own measures
+    come back as first_stage_* (no measures unless `judged`)."""
+    from bertmodel.evaluation import load_task_model
+
+    task, net, d = load_task_model(model, {}, device, read_validation=False)
+    if task.name != "rerank":
+        raise BertmodelError(f"{model}: a {task.name} run, not a reranker")
+    candidates = first_stage_run(beir, first_stage, top_k, device, batch_size, log)
+
+    def score(pairs):
+        return task.score(net, [q for q, _ in pairs], [p for _, p in pairs], batch_size)
+
+    if log:
+        log(f"reranking {sum(min(len(c), top_k) for c in candidates.values()):,} (query, passage) pairs")
+    run = rerank_run(beir, candidates, score, top_k=top_k, batch_size=max(batch_size * 16, 1024))
+    metrics = {}
+    if judged:
+        metrics = ranking_metrics(run, beir.qrels)
+        metrics.update({f"first_stage_{k}": v for k, v in ranking_metrics(candidates, beir.qrels).items()})
+    return RetrievalResult(metrics, run, len(beir.queries), len(beir.corpus))
+
+
+def check_run_file(out_dir, overwrite: bool) -> Path:
+    path = Path(out_dir) / RUN_FILE
+    if path.exists() and not overwrite:
+        raise BertmodelError(f"{path}: already exists (an earlier evaluation's ranking); pass --overwrite to "
+                             "replace it, or --out DIR")
+    return path
+
+
+def write_trec_run(path: Path, run: dict[str, dict[str, float]], tag: str = "bertmodel") -> Path:
+    """TREC's run format, each query's passages in trec_eval's order (score, then id);
+    passage ids hold no whitespace in a run file, so such an id is refused."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as f:
+        for qid in sorted(run):
+            scores = run[qid]
+            for rank, docid in enumerate(trec_order(scores), 1):
+                if any(c.isspace() for c in qid + docid):
+                    tmp.unlink(missing_ok=True)
+                    raise BertmodelError(f"{path}: id {(qid if any(c.isspace() for c in qid) else docid)!r} holds "
+                                         "whitespace, which TREC's run format cannot carry")
+                # repr: the shortest text that reads back as the same double (no new ties)
+                f.write(f"{qid} Q0 {docid} {rank} {float(scores[docid])!r} {tag}\n")
+    tmp.replace(path)
+    return path
+
+
+def evaluate_retrieval(model, data, split: str | None = None, first_stage: str = "bm25", top_k: int = 100,
+                       out_dir=None, device: str = "cpu", batch_size: int = 64, overwrite: bool = False,
+                       log=None) -> tuple[dict, list[Path]]:
+    """(metrics, [the run file]) of an embed or rerank run on `data` (a BEIR directory or
+    pairs); the earlier run file is refused before any work unless `overwrite`."""
+    kind = retrieval_kind(model)
+    if kind is None:
+        raise BertmodelError(f"{model}: not an embed or rerank run")
+    path = check_run_file(Path(out_dir) if out_dir else Path(model), overwrite)
+    if data is None:  # the run's own validation data
+        options = json.loads((model_dir(model) / TASK_FILE).read_text()).get("options") or {}
+        data, split = options.get("validation"), split or options.get("validation_split")
+        if not data:
+            raise BertmodelError(f"{model}: no evaluation data; pass --data BEIR_DIR (or a pairs file)")
+    beir = read_collection(data, split)
+    if log:
+        log(f"{data}: {len(beir.queries):,} queries over {len(beir.corpus):,} passages"
+            + (f" (split {beir.split})" if is_beir_dir(data) else " (pairs as a collection)"))
+    if kind == "embed":
+        result = embed_retrieval(model, beir, device, batch_size, k=max(top_k, 100), log=log)
+    else:
+        result = rerank_retrieval(model, beir, first_stage, top_k, device, batch_size, log=log)
+    check_run_file(path.parent, overwrite)  # again: nothing arrived there while it ran
+    return result.metrics, [write_trec_run(path, result.run)]
