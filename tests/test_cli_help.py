@@ -15,7 +15,8 @@ def test_the_command_sets():
     assert set(bertprep_main.commands) == {"train-tokenizer", "encode", "build-shards", "inspect", "stdlib-corpus"}
     assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "fill-mask",
                                             "demo", "plot", "eval-suite", "squad-to-beir"}
-    assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa", "tokens", "choice"}
+    assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa", "tokens", "choice", "embed",
+                                                                 "rerank"}
 
 
 @pytest.mark.parametrize("group, name", COMMANDS, ids=[name for _, name in COMMANDS])
@@ -68,12 +69,12 @@ def test_classifier_pooling_is_refused_where_nothing_pools(name):
     """ModernBERT's classifier_pooling shapes the one vector classify and choice score; qa
     and tokens score every token, so it would change nothing but the export's config.json."""
     group = bertmodel_main.commands["finetune"]
-    for task in ("classify", "choice"):
+    for task in ("classify", "choice", "rerank"):
         assert "--classifier-pooling" in CliRunner().invoke(group, [task, "--help"]).output
     assert "--classifier-pooling" not in CliRunner().invoke(group, [name, "--help"]).output
     refused = CliRunner().invoke(group, [name, "--model", ".", "--out", "x", "--classifier-pooling", "mean"])
     assert refused.exit_code == 2
-    assert refused.output == (f"Error: --classifier-pooling is an option of finetune classify and choice, not of "
+    assert refused.output == (f"Error: --classifier-pooling is an option of finetune classify and choice and rerank, not of "
                               f"{name}: it pools a sequence into one vector (ModernBERT), and {name} scores every "
                               "token\n")
     from bertmodel.errors import BertmodelError

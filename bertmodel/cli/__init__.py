@@ -3,7 +3,7 @@ fill-mask, demo, plot, eval-suite. `main` is the group (group.py); importing thi
 adds every command to it: pre-training and the tools around it (commands.py),
 fine-tuning, evaluation and prediction (finetune.py), a checkpoint scored on a suite of
 tasks (suite.py). `python -m bertmodel.cli` runs it (torchrun)."""
-from bertmodel.cli import commands, finetune, finetune_embed, retrieval, suite  # noqa: F401  (each adds its commands to main)
+from bertmodel.cli import commands, finetune, finetune_embed, finetune_rerank, retrieval, suite  # noqa: F401  (each adds its commands to main)
 from bertmodel.cli.group import main
 
 __all__ = ["main"]
