@@ -277,3 +277,39 @@ def test_gradcache_run_equals_the_plain_run(minilm, tmp_path):
     # 1e-4 relative: float32 sums over 8-row and 3-row chunks differ by ~1e-7 per layer;
     # a gradient that missed a chunk or replayed other dropout masks moves step 2 by >1e-2.
     torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=0)
+
+
+def test_an_eval_suite_scores_a_retrieval_task(minilm, tmp_path):
+    """A suite with an embed task on one SQuAD file (five articles), split by article:
+    the run trains on the train articles and its nDCG@10 on the test articles' questions
+    is the task's score in results.json."""
+    squad = json.loads(SQUAD.read_text(encoding="utf-8"))
+    squad["data"] = [squad["data"][i] for i in (0, 2, 3, 4, 8)]
+    (tmp_path / "squad.json").write_text(json.dumps(squad))
+    suite = tmp_path / "suite.toml"
+    suite.write_text("""
+name = "retrieval"
+seeds = [1]
+data_dir = "."
+[defaults]
+device = "cpu"
+[[task]]
+name = "squad-retrieval"
+command = "embed"
+train = "squad.json"
+validation = "squad.json"
+options = { validation_split = "test", max_train_examples = 32, max_passage_length = 48, max_query_length = 32 }
+grid = { lr = [1e-4], epochs = [1], batch_size = [16] }
+""")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["eval-suite", "--model", str(minilm), "--suite", str(suite), "--out", str(out)])
+    assert result.exit_code == 0, result.output + (out / "squad-retrieval").joinpath("lr=0.0001,epochs=1,batch_size=16",
+                                                                                      "seed-1.log").read_text()
+    results = json.loads((out / "results.json").read_text())
+    [task] = [t for t in results["tasks"] if t["name"] == "squad-retrieval"]
+    assert task["metric"] == "ndcg@10" and task["scale"] == 100 and 30 < task["mean"] <= 100, task  # x100 as GLUE's
+    [run] = task["points"][0]["runs"]
+    assert run["status"] == "ok" and run["value"] == json.loads((next(out.rglob("best.json"))).read_text())["value"]
+    log = next(out.rglob("*.log")).read_text()
+    assert "validation: 269 queries over 183 passages from" in log and "(split test)" in log
+    assert "SQuAD file's by-article split 'train'" in log

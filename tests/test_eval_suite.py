@@ -39,7 +39,7 @@ def write_suite(tmp_path, text, name="suite.toml"):
     ('nmae = "x"\n' + TASK, "nmae", "unknown key (known: name, description, seeds, data_dir, defaults, grid, task)"),
     (TASK + 'metrc = "f1"\n', "task 'rte' metrc", "unknown key (known: name, command, train, validation, metric, "
                                                    "options, grid, note)"),
-    (TASK.replace('"classify"', '"classfy"'), "task 'rte' command", "'classfy': choose classify, qa, tokens, choice"),
+    (TASK.replace('"classify"', '"classfy"'), "task 'rte' command", "'classfy': choose classify, qa, tokens, choice, embed, rerank"),
     (TASK.replace('train = "train.tsv"\n', ""), "task 'rte' train", "missing"),
     (TASK.replace('validation = "dev.tsv"\n', ""), "task 'rte' validation", "missing"),
     (TASK + "grid = { lr = [2e-5], epochs = [] }\n", "task 'rte' grid.epochs",
@@ -106,10 +106,13 @@ def test_the_shipped_suites_hold_every_task_of_shared_data_and_pass_the_command_
     suite = load_suite(name, check_option)
     assert [(t.name, t.command, t.metric) for t in suite.tasks] == [
         ("rte", "classify", "accuracy"), ("mrpc", "classify", "f1"), ("cola", "classify", "mcc"),
-        ("squad", "qa", "f1"), ("conll2003", "tokens", "f1"), ("e-care", "choice", "accuracy")]
+        ("squad", "qa", "f1"), ("conll2003", "tokens", "f1"), ("e-care", "choice", "accuracy"),
+        ("squad-retrieval", "embed", "ndcg@10")]
     assert suite.seeds == [1, 2, 3] and suite.description
-    points = {len(t.points()) for t in suite.tasks}
-    assert points == ({18} if name == "shared-data" else {1})
+    points = [len(t.points()) for t in suite.tasks]
+    assert points == ([18] * 6 + [3] if name == "shared-data" else [1] * 7)
+    retrieval = suite.tasks[-1]  # one SQuAD file, split by article: trained on train, scored on test
+    assert retrieval.train == retrieval.validation and retrieval.options["validation_split"] == "test"
     assert shipped_suites() == ["shared-data", "shared-data-cpu"]
 
 
@@ -181,11 +184,11 @@ def test_the_dry_run_header_counts_grid_points_per_task_not_their_sum(tmp_path, 
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "glue").is_dir(), reason="needs ../shared/data")
-def test_the_shipped_cpu_suite_is_six_tasks_of_one_grid_point_each(tmp_path):
+def test_the_shipped_cpu_suite_is_seven_tasks_of_one_grid_point_each(tmp_path):
     result = CliRunner().invoke(main, ["eval-suite", "--model", str(tmp_path), "--suite", "shared-data-cpu",
                                        "--data-dir", str(SHARED_DATA), "--out", str(tmp_path / "out"), "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "): 18 runs (6 tasks, 1 grid point each, 3 seeds); data dir " in result.stdout.splitlines()[0]
+    assert "): 21 runs (7 tasks, 1 grid point each, 3 seeds); data dir " in result.stdout.splitlines()[0]
 
 
 def test_durations():

@@ -86,7 +86,7 @@ def read_pairs(path, *, query_column: Column | None = None, positive_column: Col
         raise BertmodelError(f"{path}: no such file or directory")
     if is_beir_dir(path):
         return read_beir_pairs(path, split or "train")
-    if _is_nested_squad(path):
+    if is_squad_file(path):
         return read_squad_pairs(path)
     table = open_table(path, split=split)
     if _is_squad_layout(table) and query_column is None and positive_column is None:
@@ -118,9 +118,16 @@ def pairs_from_table(table: Table, query_column: Column | None = None, positive_
 def read_beir_pairs(path, split: str = "train") -> Pairs:
     """One (query, passage) pair per relevant judgement of the split (score > 0), in the
     qrels' order; a split with none is an error."""
-    from bertmodel.data.beir import passage_text, read_beir
+    from bertmodel.data.beir import read_beir
 
-    beir = read_beir(path, split)
+    return beir_pairs(read_beir(path, split), path)
+
+
+def beir_pairs(beir, path, what: str = "BEIR split") -> Pairs:
+    """The relevant judgements (score > 0) of a collection's split as pairs."""
+    from bertmodel.data.beir import passage_text
+
+    split = beir.split
     queries, positives = [], []
     for qid, judged in beir.qrels.items():
         for docid, score in judged.items():
@@ -130,7 +137,7 @@ def read_beir_pairs(path, split: str = "train") -> Pairs:
     if not queries:
         raise BertmodelError(f"{path}: qrels/{split}.tsv judges no passage relevant (score > 0): no training pairs")
     return Pairs(queries, positives, [[] for _ in queries], str(path),
-                 {"format": f"BEIR split {split!r} (relevant judgements as pairs)"})
+                 {"format": f"{what} {split!r} (relevant judgements as pairs)"})
 
 
 def read_squad_pairs(path, split: str | None = None) -> Pairs:
@@ -144,7 +151,7 @@ def read_squad_pairs(path, split: str | None = None) -> Pairs:
                  {"format": "SQuAD (question, paragraph)"})
 
 
-def _is_nested_squad(path: Path) -> bool:
+def is_squad_file(path: Path) -> bool:
     """A nested SQuAD JSON file: {"data": [{"title", "paragraphs": ...}], ...}."""
     if not path.is_file() or path.suffix.lower() != ".json":
         return False

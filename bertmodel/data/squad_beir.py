@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertmodel.data.beir import write_beir
+from bertmodel.data.beir import BeirData, write_beir
 from bertmodel.data.squad import read_squad
 from bertmodel.errors import BertmodelError
 
@@ -35,16 +35,30 @@ class SquadBeirSummary:
     unanswerable: int         # v2.0 questions left out
 
 
-def squad_to_beir(source, out, dev_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                  overwrite: bool = False) -> SquadBeirSummary:
-    """Write the BEIR directory of a SQuAD file (anything data/squad.read_squad reads) to
-    `out` (refused if it exists, unless `overwrite`)."""
+@dataclass
+class SquadCollection:
+    corpus: dict[str, dict[str, str]]            # passage id -> {"title", "text"}
+    queries: dict[str, str]                      # question id -> question
+    qrels: dict[str, dict[str, dict[str, int]]]  # split -> {question id: {passage id: 1}}
+    articles: dict[str, int]                     # split -> articles
+    unanswerable: int
+
+    def split(self, split: str, source: str = "") -> BeirData:
+        """One split as read_beir would read it from the written directory."""
+        if split not in self.qrels:
+            raise BertmodelError(f"{source}: no split {split!r} (a SQuAD file splits by article into "
+                                 f"{', '.join(self.qrels)})")
+        qrels = self.qrels[split]
+        return BeirData(self.corpus, {q: self.queries[q] for q in qrels}, qrels, split, str(source))
+
+
+def squad_collection(source, dev_fraction: float = 0.1, test_fraction: float = 0.1,
+                     seed: int = 0) -> SquadCollection:
+    """The collection of a SQuAD file (anything data/squad.read_squad reads), in memory:
+    what squad_to_beir writes (see the module docstring)."""
     if not (0 < dev_fraction < 1 and 0 < test_fraction < 1 and dev_fraction + test_fraction < 1):
         raise BertmodelError(f"dev and test fractions must be in (0, 1) with a sum below 1, got {dev_fraction} "
                              f"and {test_fraction}")
-    out = Path(out)
-    if out.exists() and not overwrite:  # before reading: the source may be large
-        raise BertmodelError(f"{out}: already exists; pass --overwrite to replace it")
     examples = read_squad(source)
     corpus: dict[str, dict[str, str]] = {}
     passage_of: dict[tuple[str, str], str] = {}   # (title, context) -> passage id
@@ -74,9 +88,26 @@ def squad_to_beir(source, out, dev_fraction: float = 0.1, test_fraction: float =
         for qid, question, docid in questions:
             queries[qid] = question
             qrels[assignment[title]][qid] = {docid: 1}
-    write_beir(out, corpus, queries, qrels, overwrite=overwrite)
     articles = {s: sum(1 for t in assignment.values() if t == s) for s in qrels}
-    return SquadBeirSummary(out, len(corpus), {s: len(q) for s, q in qrels.items()}, articles, unanswerable)
+    return SquadCollection(corpus, queries, qrels, articles, unanswerable)
+
+
+def read_squad_beir(source, split: str) -> BeirData:
+    """One split of a SQuAD file's collection (the default fractions and seed: the
+    directory `bertmodel squad-to-beir` writes, without writing it)."""
+    return squad_collection(source).split(split, str(source))
+
+
+def squad_to_beir(source, out, dev_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
+                  overwrite: bool = False) -> SquadBeirSummary:
+    """Write the BEIR directory of a SQuAD file (anything data/squad.read_squad reads) to
+    `out` (refused if it exists, unless `overwrite`)."""
+    out = Path(out)
+    if out.exists() and not overwrite:  # before reading: the source may be large
+        raise BertmodelError(f"{out}: already exists; pass --overwrite to replace it")
+    c = squad_collection(source, dev_fraction, test_fraction, seed)
+    write_beir(out, c.corpus, c.queries, c.qrels, overwrite=overwrite)
+    return SquadBeirSummary(out, len(c.corpus), {s: len(q) for s, q in c.qrels.items()}, c.articles, c.unanswerable)
 
 
 def split_articles(questions_per_article: dict[str, int], dev_fraction: float, test_fraction: float,

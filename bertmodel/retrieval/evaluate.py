@@ -39,13 +39,17 @@ def retrieval_kind(model) -> str | None:
 
 
 def read_collection(data, split: str | None = None) -> BeirData:
-    """A BEIR directory's split (default dev, else test), or (query, positive[, negatives])
-    pairs made into a collection (tasks/embed.py's pairs_collection)."""
-    from bertmodel.data.pairs import read_pairs
+    """A BEIR directory's split (default dev, else test), a SQuAD file's by-article split
+    when one is named (squad-to-beir's), or (query, positive[, negatives]) pairs made
+    into a collection (tasks/embed.py's pairs_collection; a SQuAD file's every question)."""
+    from bertmodel.data.pairs import is_squad_file, read_pairs
+    from bertmodel.data.squad_beir import read_squad_beir
     from bertmodel.tasks.embed import beir_split, pairs_collection
 
     if is_beir_dir(data):
         return read_beir(data, beir_split(data, split))
+    if is_squad_file(Path(data)) and split not in (None, "validation"):  # one split of its by-article split
+        return read_squad_beir(data, split)
     return pairs_collection(read_pairs(data, split=split))
 
 

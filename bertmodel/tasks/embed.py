@@ -13,7 +13,9 @@ its candidates out. Duplicated texts in a batch are kept out of each other's neg
 Evaluation is retrieval, as trec_eval scores it (eval/ranking.py): on a BEIR directory
 (--validation DIR: its --validation-split if it has one, else dev, else test), or on
 validation pairs made into a collection (every distinct positive and negative a passage,
-each query's positives its relevant ones), the corpus encoded in batches and searched
+each query's positives its relevant ones); one SQuAD file given as both --train and
+--validation is split by article as `squad-to-beir` splits it (train articles train, dev
+or --validation-split validate, every paragraph in the corpus). The corpus encoded in batches and searched
 exactly (eval/search.py): nDCG@10 (the default --metric-for-best), MRR@10, Recall@100,
 MAP. RUN/hf is the encoder (BertModel / ModernBertModel) with the sentence-transformers
 files (retrieval/sentence_files.py).
@@ -27,7 +29,8 @@ import torch
 
 from bertmodel.data.beir import BeirData, beir_splits, is_beir_dir, read_beir
 from bertmodel.data.classification import EncodedExamples, encode_texts, pad_batch
-from bertmodel.data.pairs import Pairs, read_hub_pairs, read_pairs
+from bertmodel.data.pairs import Pairs, beir_pairs, is_squad_file, read_hub_pairs, read_pairs
+from bertmodel.data.squad_beir import read_squad_beir
 from bertmodel.retrieval.embedder import Embedder
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.ranking import METRICS, ranking_metrics
@@ -48,10 +51,25 @@ def read_split(cfg, which: str) -> Pairs | BeirData | None:
     if path:
         if which == "validation" and is_beir_dir(path):
             return first_queries(read_beir(path, beir_split(path, split)), cfg.max_eval_examples)
+        if split_squad_file(cfg):
+            # One SQuAD file as both: split by article as squad-to-beir splits it, so no
+            # paragraph the model trained on is a validation query's positive.
+            asked = split if split not in (None, which) else ("train" if which == "train" else "dev")
+            collection = read_squad_beir(path, asked)
+            if which == "validation":
+                return first_queries(collection, cfg.max_eval_examples)
+            return cfg.first(beir_pairs(collection, path, "SQuAD file's by-article split"), which)
         return cfg.first(read_pairs(path, split=split, **columns), which)
     if cfg.dataset:
         return cfg.first(read_hub_pairs(cfg.dataset, config=cfg.dataset_config, split=split, **columns), which)
     return None
+
+
+def split_squad_file(cfg) -> bool:
+    """--train and --validation are the same SQuAD file (read as its by-article splits)."""
+    if not (cfg.train and cfg.validation) or not is_squad_file(Path(cfg.train)):
+        return False
+    return Path(cfg.train).resolve() == Path(cfg.validation).resolve()
 
 
 def beir_split(path, asked: str | None) -> str:
@@ -173,7 +191,7 @@ class EmbedTask(FinetuningTask):
         if self.validation is not None:
             v = self.validation
             log(f"validation: {len(v.queries):,} queries over {len(v.corpus):,} passages from {v.source}"
-                + (f" (split {v.split})" if is_beir_dir(v.source) else " (pairs as a collection)"))
+                + (f" (split {v.split})" if v.split != "validation" else " (pairs as a collection)"))
         self.best_metric = best_metric(cfg.metric_for_best, "ndcg@10", self.metric_names())
 
     def _settings(self) -> dict:
