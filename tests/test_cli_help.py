@@ -14,7 +14,7 @@ COMMANDS = [(bertprep_main, name) for name in bertprep_main.commands] + [
 def test_the_command_sets():
     assert set(bertprep_main.commands) == {"train-tokenizer", "encode", "build-shards", "inspect", "stdlib-corpus"}
     assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "fill-mask",
-                                            "demo", "plot", "eval-suite", "squad-to-beir"}
+                                            "demo", "plot", "eval-suite", "squad-to-beir", "embed", "search"}
     assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa", "tokens", "choice", "embed",
                                                                  "rerank"}
 
