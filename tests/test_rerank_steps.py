@@ -214,6 +214,7 @@ def check_tokens(cross_encoder, batches: list[dict], listwise: bool) -> None:
         assert_same_tokens(cross_encoder, queries, passages, batch)
 
 
+@pytest.mark.slow
 def test_bert_bce_steps_equal_binary_cross_entropy_loss(minilm):
     ours, theirs = minilm_pair(minilm)
     batches = pair_batches(minilm, as_pairs(squad_groups(STEPS * PAIRS_PER_STEP // 4, words=WORDS)))
@@ -222,6 +223,7 @@ def test_bert_bce_steps_equal_binary_cross_entropy_loss(minilm):
     train_against_st(ours, theirs, bce_of(theirs), batches, clip=0.6)
 
 
+@pytest.mark.slow
 def test_bert_listwise_steps_equal_multiple_negatives_ranking_loss(minilm):
     ours, theirs = minilm_pair(minilm)
     batches = group_batches(minilm, varied_groups(STEPS * QUERIES_PER_STEP, skip=16))

@@ -84,11 +84,21 @@ def _found(table: Table, given: Column | None, names: tuple[str, ...], role: str
                          f"columns are {table.listing()}")
 
 
-def is_grouped(table: Table, label_column: Column, positive_column: Column | None) -> bool:
-    """Whether a table holds (query, positive, negatives) rows rather than labelled pairs."""
-    if positive_column is not None:
+def is_grouped(table: Table, label_column: Column, positive_column: Column | None,
+               negative_column: str | None = None) -> bool:
+    """Whether a table holds (query, positive, negatives) rows rather than labelled pairs:
+    a positive or negatives column named, or no label column and a positive or negatives
+    column found by name (rows that lack only their positive are groups, so the error says
+    that, not that they lack a passage)."""
+    if positive_column is not None or negative_column is not None:
         return True
-    return not table.has(label_column) and table.has(POSITIVE_COLUMN)
+    return not table.has(label_column) and (table.has(POSITIVE_COLUMN) or _has_negatives(table))
+
+
+def _has_negatives(table: Table) -> bool:
+    """A column data/pairs.py reads as hard negatives: negatives, negative, negative_N."""
+    return any(isinstance(c, str) and (c in ("negatives", "negative") or (
+        c.startswith("negative_") and c.removeprefix("negative_").isdigit())) for c in table.columns)
 
 
 def read_pairs(table: Table, query_column: Column | None = None, passage_column: Column | None = None,
@@ -117,7 +127,7 @@ def _relevance(table: Table, column: Column) -> np.ndarray:
                 number = float(number)
             except ValueError:
                 number = None
-        if isinstance(number, bool) or isinstance(number, (int, float, np.integer, np.floating)):
+        if isinstance(number, (bool, int, float, np.bool_, np.integer, np.floating)):  # np.bool_: Arrow's
             number = float(number)
         else:
             number = None

@@ -52,7 +52,7 @@ def read_split(cfg, which: str, labels_required: bool = True) -> RerankPairs | R
         table = open_hub_table(cfg.dataset, config=cfg.dataset_config, split=split)
     else:
         return None
-    if is_grouped(table, cfg.label_column, cfg.positive_column):
+    if is_grouped(table, cfg.label_column, cfg.positive_column, cfg.negative_column):
         data = read_groups(table, cfg.query_column, cfg.positive_column, cfg.negative_column)
     else:
         data = read_pairs(table, cfg.query_column, cfg.passage_column, cfg.label_column, labels_required)

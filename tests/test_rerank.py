@@ -1,0 +1,158 @@
+"""`bertmodel finetune rerank` end to end on real SQuAD pairs (a question's paragraph its
+positive, other paragraphs of its article hard negatives): a few steps from
+all-MiniLM-L6-v2 with --loss bce (labelled pairs) and --loss listwise (query, positive,
+negatives rows), and from a random ModernBERT; RUN/hf loads as sentence-transformers'
+CrossEncoder and transformers' AutoModelForSequenceClassification, and the
+CrossEncoder's scores are ours. A user's mistake in the data is one line naming the file
+and the problem, and no RUN/hf is written."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bertmodel.cli import main
+from bertmodel.data.rerank import groups_from_pairs, read_pairs
+from bertmodel.data.tables import open_table
+from bertmodel.evaluation import load_task_model
+from embed_fixtures import minilm_path
+from rerank_fixtures import as_pairs, needs_squad, squad_groups, write_jsonl
+from shared_data import SHARED_DATA
+
+st = pytest.importorskip("sentence_transformers")
+transformers = pytest.importorskip("transformers")
+from sentence_transformers.cross_encoder import CrossEncoder  # noqa: E402
+
+pytestmark = needs_squad
+VOCAB = SHARED_DATA / "bert-base-uncased-vocab.txt"  # MiniLM's vocabulary
+WORDS = 16  # of each paragraph: real text, short rows
+# Float32 scores of the same weights through two implementations (ours: oneDNN linears
+# over the packed real tokens; transformers: padded rows through SDPA) round differently:
+# logits of O(1) after 6 layers differ by a few 1e-7 (measured: max 6e-7 for MiniLM).
+# 1e-5 absolute + 1e-4 relative is ~20x that, and far below what a real difference (a
+# missing pooler, another token, a wrong type id) moves a score by, 1e-2 and more.
+SCORE_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return minilm_path()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Train: 12 queries (48 labelled pairs, and the same as groups); dev: 6 queries."""
+    root = tmp_path_factory.mktemp("rerank-data")
+    groups = squad_groups(18, negatives=3, words=WORDS)
+    return {"pairs": write_jsonl(root / "train-pairs.jsonl", as_pairs(groups[:12])),
+            "groups": write_jsonl(root / "train-groups.jsonl", groups[:12]),
+            "dev": write_jsonl(root / "dev-pairs.jsonl", as_pairs(groups[12:])),
+            "dev_rows": as_pairs(groups[12:]), "root": root}
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["finetune", "rerank", *[str(a) for a in args]])
+
+
+def train(run, model, train_file, dev, *extra):
+    result = invoke("--model", model, "--train", train_file, "--validation", dev, "--out", run, "--max-steps", 2,
+                    "--seed", 0, "--no-progress", "--device", "cpu", *extra)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def assert_cross_encoder_scores_ours(run, rows) -> float:
+    """CrossEncoder(RUN/hf).predict, with the activation config.json names (none), equals
+    our scores of the same pairs (read as the run reads them); returns the largest gap."""
+    queries, passages = [r["query"] for r in rows], [r["passage"] for r in rows]
+    task, net, _ = load_task_model(run / "hf", {}, "cpu", read_validation=False)
+    ours = task.score(net, queries, passages)
+    cross_encoder = CrossEncoder(str(run / "hf"), device="cpu")
+    theirs = cross_encoder.predict(list(zip(queries, passages)), batch_size=8, convert_to_numpy=True)
+    assert ours.shape == theirs.shape == (len(rows),)
+    np.testing.assert_allclose(theirs, ours, **SCORE_TOL)
+    assert np.ptp(ours) > 1e-3  # the pairs are scored apart: a comparison of constants would prove nothing
+    return float(np.abs(theirs - ours).max())
+
+
+def assert_transformers_loads(run, architecture: str) -> None:
+    model, info = transformers.AutoModelForSequenceClassification.from_pretrained(run / "hf",
+                                                                                 output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert type(model).__name__ == architecture and model.config.num_labels == 1
+    config = json.loads((run / "hf" / "config.json").read_text())
+    assert config["sentence_transformers"] == {"activation_fn": "torch.nn.modules.linear.Identity"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["bce", "listwise"])
+def test_minilm_run_loads_as_a_cross_encoder_that_scores_as_ours(minilm, data, tmp_path, loss):
+    run = tmp_path / loss
+    result = train(run, minilm, data["pairs" if loss == "bce" else "groups"], data["dev"], "--loss", loss,
+                   "--batch-size", 8 if loss == "bce" else 3)
+    what = "48 pairs (bce)" if loss == "bce" else "12 queries (48 candidates, listwise)"
+    assert f"train: {what} from {data['pairs' if loss == 'bce' else 'groups']}" in result.output
+    assert "validation: 24 pairs of 6 queries" in result.output
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"eval_ndcg@10", "eval_mrr@10", "eval_accuracy", "eval_auc", "eval_loss"} <= set(last)
+    assert json.loads((run / "best.json").read_text())["metric"] == "ndcg@10"
+    assert_transformers_loads(run, "BertForSequenceClassification")
+    gap = assert_cross_encoder_scores_ours(run, data["dev_rows"])
+    print(f"{loss}: max |CrossEncoder - ours| = {gap:.2e}")
+
+
+def test_listwise_groups_labelled_pairs_by_query(data):
+    """Labelled pairs train listwise as groups: each positive with all of its query's
+    negatives, queries in file order (what the (query, positive, negatives) rows give)."""
+    pairs = read_pairs(open_table(str(data["pairs"])))
+    groups = groups_from_pairs(pairs)
+    rows = [json.loads(line) for line in data["groups"].read_text().splitlines()]
+    assert groups.queries == [r["query"] for r in rows]
+    assert groups.candidates == [[r["positive"], *r["negatives"]] for r in rows]
+
+
+def test_random_modernbert_run_loads_as_a_cross_encoder_that_scores_as_ours(data, tmp_path):
+    run = tmp_path / "modernbert"
+    train(run, "random:tiny", data["pairs"], data["dev"], "--architecture", "modernbert", "--tokenizer", VOCAB,
+          "--batch-size", 8, "--lr", "1e-3")
+    assert_transformers_loads(run, "ModernBertForSequenceClassification")
+    gap = assert_cross_encoder_scores_ours(run, data["dev_rows"])
+    print(f"modernbert: max |CrossEncoder - ours| = {gap:.2e}")
+
+
+def refused(tmp_path, rows, *extra):
+    """The run's one-line error (exit 1), with nothing exported."""
+    bad = write_jsonl(tmp_path / "bad.jsonl", rows)
+    run = tmp_path / "run"
+    result = invoke("--model", "random:tiny", "--tokenizer", VOCAB, "--train", bad, "--out", run, "--no-progress",
+                    "--device", "cpu", *extra)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {bad}: ") and result.output.count("\n") == 1, result.output
+    assert not (run / "hf").exists()
+    return result.output.removeprefix(f"Error: {bad}: ").strip()
+
+
+def test_bce_pairs_without_labels_are_refused(tmp_path):
+    rows = [{"query": "who", "passage": "a passage"}, {"query": "when", "passage": "another"}]
+    assert refused(tmp_path, rows) == ("no label column 'label' (a relevance per pair: 1, 0 or a float in [0, 1]; "
+                                       "--label-column names another); the columns are 'query', 'passage'")
+
+
+def test_pairs_without_a_query_column_are_refused(tmp_path):
+    rows = [{"q": "who", "passage": "a passage", "label": 1}, {"q": "when", "passage": "another", "label": 0}]
+    assert refused(tmp_path, rows) == ("no query column (query, question, anchor; --query-column names another); "
+                                       "the columns are 'q', 'passage', 'label'")
+
+
+def test_listwise_rows_without_a_positive_are_refused(tmp_path):
+    rows = [{"query": "who", "negatives": ["a", "b"]}, {"query": "when", "negatives": ["c", "d"]}]
+    assert refused(tmp_path, rows, "--loss", "listwise") == (
+        "no positive column (positive; --positive-column names another); the columns are 'query', 'negatives'")
+
+
+def test_graded_labels_out_of_range_are_refused(tmp_path):
+    rows = [{"query": "who", "passage": "a passage", "label": 1}, {"query": "when", "passage": "b", "label": 2}]
+    assert refused(tmp_path, rows) == ("line 2: label 2 in 'label' is not a relevance in [0, 1] (1 relevant, 0 not, "
+                                       "or a graded float between)")
