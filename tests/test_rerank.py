@@ -156,3 +156,61 @@ def test_graded_labels_out_of_range_are_refused(tmp_path):
     rows = [{"query": "who", "passage": "a passage", "label": 1}, {"query": "when", "passage": "b", "label": 2}]
     assert refused(tmp_path, rows) == ("line 2: label 2 in 'label' is not a relevance in [0, 1] (1 relevant, 0 not, "
                                        "or a graded float between)")
+
+
+# --- the validation metrics against their references ----------------------------------------
+
+def test_pair_metrics_equal_pytrec_eval_sklearn_and_torch():
+    """Per-query nDCG@10 and MRR@10 against pytrec_eval (trec_eval's C code: ndcg_cut.10,
+    and recip_rank of the top 10), grades 0, 0.5, 1 handed to it as 0, 1, 2 (linear gains:
+    nDCG is unchanged by scaling them; relevant >= 0.5 is trec_eval's level 1); ROC AUC
+    against sklearn, BCE against torch's BCEWithLogitsLoss, on 30 queries of 1 to 14
+    candidates, a query without a relevant one among them (left out of the means). Scores
+    are distinct (ties: the next test), so both sides rank alike."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    import torch
+
+    from bertmodel.eval.pair_ranking import pair_metrics, per_query_ranking
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 15, 30)
+    query_ids = np.repeat(np.arange(30), sizes)
+    labels = rng.choice([0.0, 0.0, 0.5, 1.0], len(query_ids))
+    labels[query_ids == 3] = 0.0
+    scores = rng.normal(size=len(query_ids)) * 3
+    qrels = {f"q{q}": {f"d{i}": int(labels[i] * 2) for i in np.flatnonzero(query_ids == q)} for q in range(30)}
+    run = {f"q{q}": {f"d{i}": float(scores[i]) for i in np.flatnonzero(query_ids == q)} for q in range(30)}
+    top10 = {q: dict(sorted(docs.items(), key=lambda kv: -kv[1])[:10]) for q, docs in run.items()}
+    ndcg = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    mrr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    judged = [q for q in range(30) if (labels[query_ids == q] >= 0.5).any()]
+    assert 3 not in judged and len(judged) > 20
+    for q in judged:
+        rows = query_ids == q
+        ours = per_query_ranking(np.zeros(rows.sum(), np.int64), labels[rows], scores[rows])
+        assert ours["ndcg@10"] == pytest.approx(ndcg[f"q{q}"]["ndcg_cut_10"], abs=1e-12)
+        assert ours["mrr@10"] == pytest.approx(mrr[f"q{q}"]["recip_rank"], abs=1e-12)
+    means = pair_metrics(query_ids, labels, scores)
+    assert means["ndcg@10"] == pytest.approx(np.mean([ndcg[f"q{q}"]["ndcg_cut_10"] for q in judged]), abs=1e-12)
+    assert means["mrr@10"] == pytest.approx(np.mean([mrr[f"q{q}"]["recip_rank"] for q in judged]), abs=1e-12)
+    assert means["auc"] == pytest.approx(sklearn_metrics.roc_auc_score(labels >= 0.5, scores), abs=1e-12)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(torch.from_numpy(scores), torch.from_numpy(labels))
+    assert means["loss"] == pytest.approx(bce.item(), rel=1e-12)
+    assert means["accuracy"] == pytest.approx(((scores > 0) == (labels >= 0.5)).mean(), abs=0)
+
+
+def test_tied_scores_keep_the_data_order_and_auc_counts_ties_a_half():
+    from bertmodel.eval.pair_ranking import pair_metrics
+
+    query_ids = np.array([0, 0, 0, 1, 1])
+    labels = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
+    flat = pair_metrics(query_ids, labels, np.zeros(5))  # every score alike: the file's order
+    assert flat["mrr@10"] == pytest.approx((1 / 2 + 1) / 2)
+    assert flat["auc"] == 0.5 and flat["accuracy"] == pytest.approx(3 / 5)
+    assert pair_metrics(query_ids, labels, np.array([0.0, 0.0, -1.0, 2.0, 2.0]))["auc"] == pytest.approx(
+        sklearn_auc(labels >= 0.5, [0.0, 0.0, -1.0, 2.0, 2.0]))
+
+
+def sklearn_auc(relevant, scores) -> float:
+    return pytest.importorskip("sklearn.metrics").roc_auc_score(relevant, scores)

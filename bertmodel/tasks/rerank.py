@@ -257,7 +257,7 @@ def reranker_class(config, source) -> type:
     """The reranking head on the model type of `config` (BERT or ModernBERT)."""
     model_type = getattr(config, "model_type", config.architecture)
     if model_type not in RERANKERS:
-        raise BertmodelError(f"{source}: a {model_type} model; rerank fine-tunes BERT and ModernBERT models")
+        raise BertmodelError(f"{source}: rerank fine-tunes BERT and ModernBERT models, not {model_type}")
     return RERANKERS[model_type]
 
 
