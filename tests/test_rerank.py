@@ -30,9 +30,10 @@ VOCAB = SHARED_DATA / "bert-base-uncased-vocab.txt"  # MiniLM's vocabulary
 WORDS = 16  # of each paragraph: real text, short rows
 # Float32 scores of the same weights through two implementations (ours: oneDNN linears
 # over the packed real tokens; transformers: padded rows through SDPA) round differently:
-# logits of O(1) after 6 layers differ by a few 1e-7 (measured: max 6e-7 for MiniLM).
-# 1e-5 absolute + 1e-4 relative is ~20x that, and far below what a real difference (a
-# missing pooler, another token, a wrong type id) moves a score by, 1e-2 and more.
+# measured, the largest gap is 5e-8 for MiniLM's logits (|x| < 1 after 2 steps) and 4.8e-7
+# for the random ModernBERT's (|x| ~ 5: one float32 ulp, 2^-21). 1e-5 absolute + 1e-4
+# relative is 20x and more that, and far below what a real difference (a missing pooler,
+# another token, a wrong type id or pooling) moves a score by, 1e-2 and more.
 SCORE_TOL = dict(rtol=1e-4, atol=1e-5)
 
 
@@ -114,10 +115,13 @@ def test_listwise_groups_labelled_pairs_by_query(data):
 
 
 def test_random_modernbert_run_loads_as_a_cross_encoder_that_scores_as_ours(data, tmp_path):
+    """Mean pooling (the step tests use ModernBERT's default, cls): the mean over the real
+    tokens only, as transformers computes it from the attention mask."""
     run = tmp_path / "modernbert"
     train(run, "random:tiny", data["pairs"], data["dev"], "--architecture", "modernbert", "--tokenizer", VOCAB,
-          "--batch-size", 8, "--lr", "1e-3")
+          "--batch-size", 8, "--lr", "1e-3", "--classifier-pooling", "mean")
     assert_transformers_loads(run, "ModernBertForSequenceClassification")
+    assert json.loads((run / "hf" / "config.json").read_text())["classifier_pooling"] == "mean"
     gap = assert_cross_encoder_scores_ours(run, data["dev_rows"])
     print(f"modernbert: max |CrossEncoder - ours| = {gap:.2e}")
 
