@@ -102,6 +102,21 @@ def test_minilm_run_loads_as_a_cross_encoder_that_scores_as_ours(minilm, data, t
     assert_transformers_loads(run, "BertForSequenceClassification")
     gap = assert_cross_encoder_scores_ours(run, data["dev_rows"])
     print(f"{loss}: max |CrossEncoder - ours| = {gap:.2e}")
+    assert_evaluate_repeats_the_runs_evaluation(run, last, data["dev_rows"])
+
+
+def assert_evaluate_repeats_the_runs_evaluation(run, logged: dict, rows) -> None:
+    """`bertmodel evaluate RUN` (RUN/hf, the best model: the last step's here) reports the
+    metrics the run logged at its last evaluation, and writes a score per validation pair
+    in the file's order."""
+    result = CliRunner().invoke(main, ["evaluate", str(run), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(next(line for line in result.output.splitlines() if line.startswith("{")))
+    assert metrics == pytest.approx({k.removeprefix("eval_"): v for k, v in logged.items()
+                                     if k.startswith("eval_")}, rel=1e-5, abs=1e-6)
+    predictions = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    assert [(p["query"], p["passage"], p["gold"]) for p in predictions] == [
+        (r["query"], r["passage"], r["label"]) for r in rows]
 
 
 def test_listwise_groups_labelled_pairs_by_query(data):
