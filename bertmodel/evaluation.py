@@ -47,6 +47,10 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
     task_name = TASK_OF.get(pre.architecture)
     if pre.head.get("name") == "rerank":  # a cross-encoder: the classification head, read as a reranker
         task_name = "rerank"
+    if pre.head.get("name") == "embed":
+        raise BertmodelError(f"{model}: an embed run (a bi-encoder): `bertmodel embed {model} --file F --out "
+                             f"X.parquet` embeds texts, `bertmodel search` searches, `bertmodel evaluate {model} "
+                             "--data BEIR_DIR` scores it")
     if task_name is None:
         raise BertmodelError(f"{model}: a {pre.architecture} model is not a fine-tuned classifier or QA model")
     saved = dict(pre.head.get("options") or {})

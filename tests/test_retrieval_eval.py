@@ -194,3 +194,122 @@ def test_search_a_file_corpus_uses_its_ids(embed_run, tmp_path):
     assert result.exit_code == 0, result.output
     [hit] = [json.loads(line) for line in result.stdout.splitlines()]
     assert hit["id"] == "n2" and hit["text"] == "Bananas are yellow fruit." and hit["rank"] == 1
+
+
+# --- a rerank run on a collection: a first stage's top k rescored ---------------------------
+
+@pytest.fixture(scope="module")
+def rerank_run(beir_dir, tmp_path_factory):
+    """MiniLM as a cross-encoder, two steps on labelled pairs of the train articles (each
+    question's paragraph 1, two other paragraphs of its article 0)."""
+    from bertmodel.data.beir import passage_text
+
+    root = tmp_path_factory.mktemp("rerank-run")
+    train = read_beir(beir_dir, "train")
+    rows = []
+    for qid in list(train.qrels)[:24]:
+        [positive] = train.qrels[qid]
+        article = positive.rsplit("-", 1)[0]
+        others = [d for d in train.corpus if d.startswith(article + "-") and d != positive][:2]
+        rows.append({"query": train.queries[qid], "passage": passage_text(train.corpus[positive]), "label": 1})
+        rows += [{"query": train.queries[qid], "passage": passage_text(train.corpus[d]), "label": 0} for d in others]
+    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = root / "run"
+    result = invoke("finetune", "rerank", "--model", minilm_path(), "--train", root / "pairs.jsonl", "--out", out,
+                    *FAST, "--batch-size", "24", "--max-steps", "2", "--max-seq-length", "96")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_test_split(beir_dir, tmp_path_factory):
+    """The collection with its test qrels cut to 30 queries (the reranker reads 30 x k pairs)."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("small-split") / "beir"
+    shutil.copytree(beir_dir, out)
+    lines = (out / "qrels" / "test.tsv").read_text().splitlines()
+    (out / "qrels" / "test.tsv").write_text("\n".join(lines[:31]) + "\n")
+    return out
+
+
+def test_evaluate_a_rerank_run_rescores_bm25s_top_k(rerank_run, small_test_split, tmp_path):
+    from bertmodel.eval.bm25 import bm25_run
+    from bertmodel.eval.ranking import ranking_metrics
+
+    result = invoke("evaluate", rerank_run, "--data", small_test_split, "--validation-split", "test", "--top-k", "5",
+                    "--out", tmp_path, *FAST)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout.splitlines()[0])
+    test = read_beir(small_test_split, "test")
+    assert len(test.queries) == 30
+    first = bm25_run(test, k=5)
+    # The first stage's own measures, beside the reranked ones.
+    assert {f"first_stage_{k}": v for k, v in ranking_metrics(first, test.qrels).items()} == {
+        k: v for k, v in metrics.items() if k.startswith("first_stage_")}
+    run = read_trec_run(tmp_path / "run.trec")
+    assert all(set(run[q]) == set(first[q]) for q in test.queries)  # only BM25's candidates, all of them
+    # The reranked order is the cross-encoder's: scores equal CrossEncoder(RUN/hf)'s.
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    qid = next(iter(test.queries))
+    docs = list(run[qid])
+    passages = [(test.corpus[d].get("title", "") + " " + test.corpus[d]["text"]).strip() for d in docs]
+    theirs = CrossEncoder(str(rerank_run / "hf"), device="cpu", max_length=96).predict(
+        [(test.queries[qid], p) for p in passages])
+    # float32 on both sides, the same tokens: their kernels' rounding (1e-4 of a logit ~1).
+    np.testing.assert_allclose([run[qid][d] for d in docs], theirs, rtol=0, atol=1e-4)
+    evaluator = pytrec_eval.RelevanceEvaluator(test.qrels, {"ndcg_cut.10"})
+    expected = sum(v["ndcg_cut_10"] for v in evaluator.evaluate(run).values()) / len(test.qrels)
+    assert metrics["ndcg@10"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_evaluate_a_rerank_run_over_an_embed_runs_candidates(rerank_run, embed_run, small_test_split, tmp_path):
+    from bertmodel.retrieval.evaluate import embed_retrieval
+
+    result = invoke("evaluate", rerank_run, "--data", small_test_split, "--validation-split", "test", "--top-k", "3",
+                    "--first-stage", embed_run, "--out", tmp_path, *FAST)
+    assert result.exit_code == 0, result.output
+    assert f"first stage: {embed_run} (exact search) top 3" in result.stderr
+    test = read_beir(small_test_split, "test")
+    dense = embed_retrieval(embed_run, test, k=3).run
+    run = read_trec_run(tmp_path / "run.trec")
+    assert all(set(run[q]) == set(dense[q]) for q in test.queries)
+
+
+def test_evaluate_a_rerank_run_on_labelled_pairs(rerank_run, beir_dir, tmp_path):
+    """Labelled pairs (no collection): the task's own pair metrics and a line per pair."""
+    dev = read_beir(beir_dir, "dev")
+    rows = []
+    for qid in list(dev.qrels)[:6]:
+        [positive] = dev.qrels[qid]
+        negative = next(d for d in dev.corpus if d != positive)
+        for docid, label in ((positive, 1), (negative, 0)):
+            rows.append({"query": dev.queries[qid], "passage": dev.corpus[docid]["text"], "label": label})
+    pairs = tmp_path / "dev.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = invoke("evaluate", rerank_run, "--data", pairs, "--out", tmp_path, *FAST)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout.splitlines()[0])
+    assert {"ndcg@10", "mrr@10", "accuracy", "auc", "loss"} <= set(metrics)
+    predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert [(p["query"], p["gold"]) for p in predictions] == [(r["query"], r["label"]) for r in rows]
+
+
+def test_search_with_a_rerank_run(rerank_run, tmp_path):
+    corpus = tmp_path / "notes.jsonl"
+    texts = ["The Eiffel tower is in Paris.", "Bananas are a yellow fruit.", "A cat sleeps on the sofa."]
+    corpus.write_text("".join(json.dumps({"id": f"n{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    result = invoke("search", rerank_run, "--corpus", corpus, "--query", "Where is the Eiffel tower?", "--top-k",
+                    "3", *FAST)
+    assert result.exit_code == 0, result.output
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    # BM25 finds only passages sharing a word; the reranker orders what it found.
+    assert hits and hits[0]["id"] == "n0" and all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:]))
+
+
+def test_predict_on_an_embed_run_points_to_embed_and_search(embed_run):
+    result = CliRunner().invoke(main, ["predict", str(embed_run), "a text", *FAST])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {embed_run}") and "bertmodel embed" in lines[0]
