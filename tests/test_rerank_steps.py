@@ -49,6 +49,17 @@ PAIRS_PER_STEP, QUERIES_PER_STEP = 8, 2
 pytestmark = needs_squad
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, as each xdist worker has (conftest.py): two float64 MiniLMs on two
+    cores that other work shares spend most of their time at OpenMP barriers waiting for a
+    descheduled thread (measured under such load: 106 s for this file, 40 s with one thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def minilm():
     return minilm_path()
