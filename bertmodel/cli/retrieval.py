@@ -45,7 +45,8 @@ def squad_to_beir_command(source, out, dev_fraction, test_fraction, seed, overwr
 @click.option("--kind", type=click.Choice(["passage", "query"]), default="passage", show_default=True,
               help="Read the texts as passages or queries (their prefix and length).")
 @click.option("--split", help="The split of a save_to_disk DatasetDict.")
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="auto: CUDA when available.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Texts per forward pass.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @progress_option
@@ -77,7 +78,8 @@ def embed_command(run, file, out, column, kind, split, device, batch_size, overw
 @click.option("--column", help="The corpus file's text column [default: as `bertmodel embed`].")
 @click.option("--candidates", type=click.IntRange(min=1), default=100, show_default=True,
               help="A rerank run: BM25 candidates per query it rescores.")
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="auto: CUDA when available.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Texts per forward pass.")
 @progress_option
 @user_errors
