@@ -22,7 +22,7 @@ DATA_OPTIONS = ("train", "validation", "dataset", "dataset_config", "train_split
                 "doc_stride", "max_query_length", "version_2", "null_threshold", "n_best", "max_answer_length",
                 "positive_label", "tokens_column", "tags_column", "label_all_tokens", "context_column",
                 "question_column", "choices_column", "choice_columns", "max_train_examples", "max_eval_examples",
-                "rerank_loss", "query_column", "passage_column", "positive_column", "negative_column",
+                "rerank_loss", "rerank_top_k", "query_column", "passage_column", "positive_column", "negative_column",
                 "max_passage_length", "query_prefix", "passage_prefix")
 
 # `finetune TASK` -> the task a run directory records (tasks' `name`)
@@ -89,6 +89,9 @@ class FinetuneConfig(LoopConfig):
     """rerank: "bce" (labelled (query, passage) pairs: binary cross-entropy of the one logit against a
     label 0/1 or a float in [0, 1]) or "listwise" (softmax cross-entropy over a query's positive and
     its hard negatives, from (query, positive, negative...) rows)."""
+    rerank_top_k: int = 100
+    """rerank with a BEIR directory as --validation: BM25's top k of each query reranked at every
+    evaluation (trec_eval's measures of the reranked ranking)."""
     query_column: str | None = None
     """rerank: the query's column; None: found by name (query, question, anchor)."""
     passage_column: str | None = None
@@ -225,7 +228,7 @@ class FinetuneConfig(LoopConfig):
 
     def meaningful_options(self) -> tuple[str, ...]:
         return MEANINGFUL + ("model", "architecture", "classifier_pooling", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
-                             "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples", "rerank_loss",
+                             "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples", "rerank_loss", "rerank_top_k",
                              "pooling", "scale", "mini_batch_size", "matryoshka_dims", "max_passage_length",
                              "query_prefix", "passage_prefix",
                              "max_eval_examples")

@@ -313,3 +313,26 @@ def test_predict_on_an_embed_run_points_to_embed_and_search(embed_run):
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {embed_run}") and "bertmodel embed" in lines[0]
+
+
+def test_a_rerank_run_validated_on_a_collection(rerank_run, small_test_split, tmp_path):
+    """--validation BEIR_DIR: BM25's top --top-k reranked at each evaluation, trec_eval's
+    measures logged and the best by nDCG@10; `evaluate RUN` repeats the last one."""
+    pairs = rerank_run.parent / "pairs.jsonl"
+    out = tmp_path / "run"
+    result = invoke("finetune", "rerank", "--model", minilm_path(), "--train", pairs, "--validation",
+                    small_test_split, "--validation-split", "test", "--top-k", "4", "--out", out, *FAST,
+                    "--batch-size", "24", "--max-steps", "2", "--eval-every", "2", "--max-seq-length", "96")
+    assert result.exit_code == 0, result.output
+    assert "validation: 30 queries over 183 passages" in result.output and "BM25's top 4 reranked (120 pairs)" \
+        in result.output
+    [last] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "eval_map" in line]
+    assert {"eval_ndcg@10", "eval_mrr@10", "eval_recall@100", "eval_map"} <= set(last)
+    assert json.loads((out / "best.json").read_text())["metric"] == "ndcg@10"
+    again = invoke("evaluate", out, *FAST)
+    assert again.exit_code == 0, again.output
+    metrics = json.loads(again.stdout.splitlines()[0])
+    for name in ("ndcg@10", "mrr@10", "recall@100", "map"):
+        # the same model, pairs and batches: the same float32 scores, so the same ranking
+        assert metrics[name] == pytest.approx(last[f"eval_{name}"], abs=1e-9), name
+    assert len(read_trec_run(out / "run.trec")) == 30

@@ -337,8 +337,8 @@ def choice(**options):
               "count as missed entities and wrong words, and no loss is reported (tokens; refused without it).")
 @click.option("--first-stage", default="bm25", show_default=True, help="A rerank run on a BEIR directory: the "
               "candidates it rescores, bm25 (bm25s) or an embed run's directory.")
-@click.option("--top-k", type=click.IntRange(min=1), default=100, show_default=True,
-              help="A rerank run on a BEIR directory: candidates per query from the first stage.")
+@click.option("--top-k", type=click.IntRange(min=1), help="A rerank run on a BEIR directory: candidates per query "
+              "from the first stage [default: the run's --top-k, else 100].")
 @data_options(None, defaults=False)
 @progress_option
 @user_errors
@@ -356,11 +356,12 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_t
     """
     from bertmodel.evaluation import evaluate_model
     from bertmodel.data.beir import is_beir_dir
-    from bertmodel.retrieval.evaluate import evaluate_retrieval, retrieval_kind
+    from bertmodel.retrieval.evaluate import evaluate_retrieval, retrieval_kind, run_validation
     from bertmodel.tasks.finetuning import pass_progress
 
     kind = retrieval_kind(run)
-    if kind == "embed" or (kind == "rerank" and data and is_beir_dir(data)):
+    collection = data if data else (run_validation(run) if kind == "rerank" else None)
+    if kind == "embed" or (kind == "rerank" and collection and is_beir_dir(collection)):
         with pass_progress(progress, "eval"):
             metrics, paths = evaluate_retrieval(run, data, options.get("validation_split"),
                                                 first_stage, top_k, out_dir=out, device=device or "auto",

@@ -20,6 +20,8 @@ RERANK_OPTIONS = [
     _opt("--loss", type=click.Choice(["bce", "listwise"]), default=_DEFAULTS[LOSS_FIELD], show_default=True,
          help="bce: binary cross-entropy of each labelled pair's logit; listwise: softmax cross-entropy over a "
               "query's positive and its hard negatives."),
+    _opt("--top-k", type=click.IntRange(min=1), default=_DEFAULTS["rerank_top_k"], show_default=True, help="With a BEIR directory as --validation: "
+         "BM25's top k of each query reranked at every evaluation, scored with trec_eval's measures."),
     _opt("--max-seq-length", type=click.IntRange(min=8), help="Tokens per pair (query + passage) [default: 128]."),
     _opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: read the first token (cls) "
          "or the mean of the real tokens (mean) as the pair's vector, as transformers' config field. Default: the "
@@ -52,12 +54,16 @@ def rerank(**options):
     count their positive 1, negatives 0); metrics nDCG@10 and MRR@10 over each query's
     candidates, accuracy, ROC AUC and BCE over the pairs. RUN/hf loads as
     CrossEncoder("RUN/hf") (its scores are the logits) and as transformers'
-    AutoModelForSequenceClassification (num_labels 1).
+    AutoModelForSequenceClassification (num_labels 1). --validation may also be a BEIR
+    directory: BM25's top --top-k of each of its queries reranked at every evaluation,
+    nDCG@10, MRR@10, Recall@100 and MAP as trec_eval computes them.
 
     \b
     Example:
       bertmodel finetune rerank --model minilm/ --train pairs.jsonl --validation dev.jsonl --out rerank/
+      bertmodel finetune rerank --model minilm/ --train pairs.jsonl --validation beir-squad/ --out rerank/
       bertmodel finetune rerank --model minilm/ --loss listwise --train triples.jsonl --out rerank-lw/
     """
     options[LOSS_FIELD] = options.pop("loss")
+    options["rerank_top_k"] = options.pop("top_k")
     _run("rerank", options)

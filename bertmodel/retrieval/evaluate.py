@@ -38,6 +38,15 @@ def retrieval_kind(model) -> str | None:
     return name if name in RETRIEVAL_TASKS else None
 
 
+def run_validation(model) -> str | None:
+    """The validation data a run was trained with (its exported task file's options)."""
+    try:
+        options = json.loads((model_dir(model) / TASK_FILE).read_text()).get("options") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return options.get("validation")
+
+
 def read_collection(data, split: str | None = None) -> BeirData:
     """A BEIR directory's split (default dev, else test), a SQuAD file's by-article split
     when one is named (squad-to-beir's), or (query, positive[, negatives]) pairs made
@@ -142,17 +151,19 @@ def write_trec_run(path: Path, run: dict[str, dict[str, float]], tag: str = "ber
     return path
 
 
-def evaluate_retrieval(model, data, split: str | None = None, first_stage: str = "bm25", top_k: int = 100,
+def evaluate_retrieval(model, data, split: str | None = None, first_stage: str = "bm25", top_k: int | None = None,
                        out_dir=None, device: str = "cpu", batch_size: int = 64, overwrite: bool = False,
                        log=None) -> tuple[dict, list[Path]]:
     """(metrics, [the run file]) of an embed or rerank run on `data` (a BEIR directory or
-    pairs); the earlier run file is refused before any work unless `overwrite`."""
+    pairs; None: the run's validation data); a reranker's `top_k` defaults to the run's
+    own; the earlier run file is refused before any work unless `overwrite`."""
     kind = retrieval_kind(model)
     if kind is None:
         raise BertmodelError(f"{model}: not an embed or rerank run")
     path = check_run_file(Path(out_dir) if out_dir else Path(model), overwrite)
+    options = json.loads((model_dir(model) / TASK_FILE).read_text()).get("options") or {}
+    top_k = top_k or options.get("rerank_top_k") or 100
     if data is None:  # the run's own validation data
-        options = json.loads((model_dir(model) / TASK_FILE).read_text()).get("options") or {}
         data, split = options.get("validation"), split or options.get("validation_split")
         if not data:
             raise BertmodelError(f"{model}: no evaluation data; pass --data BEIR_DIR (or a pairs file)")

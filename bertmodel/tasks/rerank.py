@@ -27,8 +27,11 @@ from bertmodel.data.classification import EncodedExamples, encode_texts, pad_bat
 from bertmodel.data.rerank import (RerankGroups, RerankPairs, groups_from_pairs, is_grouped, read_groups,
                                    read_pairs)
 from bertmodel.data.tables import open_hub_table, open_table
+from bertmodel.data.beir import is_beir_dir, read_beir
 from bertmodel.errors import BertmodelError
 from bertmodel.eval.pair_ranking import pair_metrics
+from bertmodel.eval.ranking import METRICS as RANKING_METRICS
+from bertmodel.eval.ranking import ranking_metrics
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.model.rerank_heads import RERANKERS
 from bertmodel.training.metrics import encoder_flops
@@ -136,7 +139,12 @@ class RerankTask(FinetuningTask):
             train = self._training_form(train)
             self.train_set = self._encode_train(train)
         self.train_data = train
-        validation = read_split(cfg, "validation", labels_required=True)
+        self.collection = self.candidates = None
+        if cfg.validation and is_beir_dir(cfg.validation):
+            self._read_collection(cfg, log)
+            validation = None
+        else:
+            validation = read_split(cfg, "validation", labels_required=True)
         if isinstance(validation, RerankGroups):
             validation = validation.as_pairs()
         self.validation_pairs = validation
@@ -153,6 +161,21 @@ class RerankTask(FinetuningTask):
         elif seen:
             log(f"validation: {seen}")
         self.best_metric = best_metric(cfg.metric_for_best, "ndcg@10", self.metric_names())
+
+    def _read_collection(self, cfg, log) -> None:
+        """A BEIR directory as validation: BM25's top --top-k of each query (computed once)
+        reranked at every evaluation and scored with trec_eval's measures, as `bertmodel
+        evaluate RUN --data DIR` scores the run."""
+        from bertmodel.eval.bm25 import bm25_run
+        from bertmodel.tasks.embed import beir_split, first_queries
+
+        self.collection = first_queries(read_beir(cfg.validation, beir_split(cfg.validation, cfg.validation_split)),
+                                        cfg.max_eval_examples)
+        self.candidates = bm25_run(self.collection, k=cfg.rerank_top_k)
+        pairs = sum(len(c) for c in self.candidates.values())
+        log(f"validation: {len(self.collection.queries):,} queries over {len(self.collection.corpus):,} passages "
+            f"from {cfg.validation} (split {self.collection.split}), BM25's top {cfg.rerank_top_k} reranked "
+            f"({pairs:,} pairs)")
 
     def _training_form(self, data):
         """The training data in the layout the loss takes: groups for listwise (labelled
@@ -178,12 +201,13 @@ class RerankTask(FinetuningTask):
         return PairSet(encoded, self.pad, self.multiple)
 
     def metric_names(self) -> list[str]:
-        """The eval_* metrics each evaluation reports (without the prefix)."""
-        return list(METRICS)
+        """The eval_* metrics each evaluation reports (without the prefix): trec_eval's
+        on a collection, the pairs' own on labelled pairs."""
+        return list(RANKING_METRICS) if self.collection is not None else list(METRICS)
 
     @property
     def has_eval(self) -> bool:
-        return self.validation is not None
+        return self.validation is not None or self.collection is not None
 
     # -- the model -------------------------------------------------------------------
     def fresh_model(self, log):
@@ -219,10 +243,29 @@ class RerankTask(FinetuningTask):
     def evaluate(self, model, d, autocast, logits: np.ndarray | None = None, on_batch=None) -> dict:
         """The metrics over the whole validation set (every rank computes them alike, so
         the best-model decision agrees across ranks)."""
+        if self.collection is not None:
+            return {f"eval_{k}": v for k, v in self.collection_metrics(model, on_batch).items()}
         if logits is None:
             logits = self.predict(model, self.validation, d.device, autocast, self.cfg.eval_batch_size, on_batch)
         pairs = self.validation_pairs
         return {f"eval_{k}": v for k, v in pair_metrics(pairs.query_ids(), pairs.labels, logits).items()}
+
+    def collection_metrics(self, model, on_batch=None) -> dict:
+        """trec_eval's measures of the BM25 candidates reranked by `model`."""
+        from bertmodel.eval.search import rerank_run
+
+        total = -(-sum(len(c) for c in self.candidates.values()) // self.cfg.eval_batch_size)
+        done = [0]
+
+        def score(pairs):
+            hook = None if on_batch is None else (lambda n, _t: on_batch(done[0] + n, total))
+            scores = self.score(model, [q for q, _ in pairs], [p for _, p in pairs], on_batch=hook)
+            done[0] += -(-len(pairs) // self.cfg.eval_batch_size)
+            return scores
+
+        run = rerank_run(self.collection, self.candidates, score, top_k=self.cfg.rerank_top_k,
+                         batch_size=self.cfg.eval_batch_size * 16)
+        return ranking_metrics(run, self.collection.qrels)
 
     def prediction_records(self, logits: np.ndarray) -> list[dict]:
         """One record per validation pair: query, passage, score (the logit) and gold label."""
