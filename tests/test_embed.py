@@ -22,7 +22,8 @@ from embed_fixtures import SQUAD, distinct_rows, minilm_path, needs_squad
 
 st = pytest.importorskip("sentence_transformers")
 transformers = pytest.importorskip("transformers")
-pytestmark = needs_squad
+# One worker runs the module: its module-scoped runs (MiniLM fine-tuned) are built once.
+pytestmark = [needs_squad, pytest.mark.slow, pytest.mark.xdist_group("embed")]
 
 # float32 on both sides, the same weights and tokens; what differs is the order of
 # reductions (our attention and pooling kernels against transformers'), a few float32

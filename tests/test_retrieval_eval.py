@@ -19,7 +19,8 @@ from bertmodel.retrieval.embedder import load_embedder
 from embed_fixtures import SQUAD, minilm_path, needs_squad
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
-pytestmark = needs_squad
+# One worker runs the module: its module-scoped runs (MiniLM fine-tuned) are built once.
+pytestmark = [needs_squad, pytest.mark.slow, pytest.mark.xdist_group("retrieval_eval")]
 FAST = ["--device", "cpu", "--no-progress"]
 
 
