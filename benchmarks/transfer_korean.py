@@ -12,6 +12,10 @@ sentiment (nsmc-a.tsv: informal, short), trained on the first --train-rows of it
 `finetune classify` refuses), lr 5e-4, batch 32, 96 tokens, 2 epochs; a run's figure is
 its best dev accuracy over the epochs (transfer.py's rule, the same for every arm).
 
+--reviews adds in-domain text to the tokenizer's and the pre-training corpus: the review
+texts of NSMC's first 20,000 rows, labels dropped, 20 reviews a document (the 5,000 dev
+reviews are never in it), as domain-adaptive pre-training uses a task's unlabelled text.
+
 Arms, all with one vocabulary size:
 - default tokenizer (`bertprep train-tokenizer` as shipped: accents kept on Hangul, the
   alphabet by character coverage plus KS X 1001's syllables): pre-trained, and random init;
@@ -117,19 +121,42 @@ def review_lengths(tokenizer: Path, dev: Path, max_seq_length: int) -> str:
 
 
 def pretrain_name(args, name: str) -> str:
-    return f"pretrain-{name}-{args.preset}-{args.vocab_size}-{args.objective}-lr{args.pretrain_lr:g}-{args.steps}"
+    corpus = "-reviews" if args.reviews else ""
+    return (f"pretrain-{name}{corpus}-{args.preset}-{args.vocab_size}-{args.objective}-lr{args.pretrain_lr:g}-"
+            f"{args.steps}")
+
+
+REVIEWS_NOTE = " and NSMC's training reviews (labels dropped)"
+REVIEWS_PER_DOCUMENT = 20  # reviews are one or two sentences: grouped so a document has pairs to draw
+
+
+def review_corpus(work: Path) -> Path:
+    """NSMC's first 20,000 rows' review texts (labels dropped; the 5,000 dev reviews never
+    in it) as JSON Lines of `content`, REVIEWS_PER_DOCUMENT reviews a document, one per line."""
+    path = work / "reviews" / "nsmc-train-reviews.jsonl"
+    if not path.is_file():
+        rows = NSMC.read_text(encoding="utf-8").split("\n")[1:NSMC_TRAIN_ROWS + 1]
+        texts = [r.split("\t")[1].strip() for r in rows if r.split("\t")[1].strip()]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"content": "\n".join(texts[i:i + REVIEWS_PER_DOCUMENT])},
+                                           ensure_ascii=False) + "\n"
+                                for i in range(0, len(texts), REVIEWS_PER_DOCUMENT)), encoding="utf-8")
+    return path
 
 
 def prepare(args, work: Path, stages: Stages, name: str) -> tuple[Path, dict]:
     """The tokenizer, shards and pre-training run of one tokenizer arm; (run, costs)."""
-    text = KOREAN / "petitions"  # JSON Lines files named without a suffix, told by their content
-    tokenizer = work / f"tokenizer-{name}-{args.vocab_size}"
+    # JSON Lines files named without a suffix, told by their content; with --reviews, NSMC's
+    # training reviews beside them (in-domain, informal text; never the dev reviews).
+    text = [KOREAN / "petitions", *([review_corpus(work)] if args.reviews else [])]
+    corpus = "-reviews" if args.reviews else ""
+    tokenizer = work / f"tokenizer-{name}{corpus}-{args.vocab_size}"
     costs = {"tokenizer": stages.run(tokenizer.name, tokenizer / "vocab.txt", lambda: bertprep(
-        "train-tokenizer", text, *CORPUS, "--out", tokenizer, "--vocab-size", args.vocab_size, *TOKENIZERS[name],
+        "train-tokenizer", *text, *CORPUS, "--out", tokenizer, "--vocab-size", args.vocab_size, *TOKENIZERS[name],
         "--quiet"))}
-    shards = work / f"shards-{name}-{args.vocab_size}"
+    shards = work / f"shards-{name}{corpus}-{args.vocab_size}"
     costs["shards"] = stages.run(shards.name, shards / "manifest.json", lambda: bertprep(
-        "build-shards", text, *CORPUS, "--tokenizer", tokenizer, "--out", shards, "--pairs", "nsp",
+        "build-shards", *text, *CORPUS, "--tokenizer", tokenizer, "--out", shards, "--pairs", "nsp",
         "--dupe-factor", 5, "--max-seq-length", 128, "--cache-dir", work / ".cache", "--quiet"))
     run = work / pretrain_name(args, name)
     costs["pretrain"] = stages.run(run.name, run / "checkpoints" / f"step-{args.steps}", lambda: cli(
@@ -182,6 +209,8 @@ def main() -> None:
     # random init 0.628 at 2e-4, 0.725 at 5e-4, 0.734 at 1e-3 (docs/inputs.md).
     ap.add_argument("--lr", type=float, default=5e-4, help="fine-tuning learning rate")
     ap.add_argument("--epochs", type=float, default=2)
+    ap.add_argument("--reviews", action="store_true", help="also pre-train (and train the tokenizer) on NSMC's "
+                    "20,000 training reviews' text, labels dropped (in-domain text; the dev reviews never seen)")
     args = ap.parse_args()
     old_seeds = args.seeds[:1] if args.old_seeds is None else args.old_seeds
     work = args.work
@@ -218,12 +247,13 @@ def main() -> None:
 def report(args, work: Path, costs: dict, table: dict, n_train: int, n_dev: int, dev: Path) -> None:
     labels = [line.rsplit("\t", 1)[1] for line in dev.read_text(encoding="utf-8").split("\n")[1:-1]]
     majority = max(labels.count(x) for x in set(labels)) / len(labels)
-    print(f"\n{args.preset} BERT pre-trained {args.steps:,} steps on the petitions (NSP shards of 128, dynamic "
+    corpus = REVIEWS_NOTE if args.reviews else ""
+    print(f"\n{args.preset} BERT pre-trained {args.steps:,} steps on the petitions{corpus} (NSP shards of 128, dynamic "
           f"masking 0.3, {args.objective}, batch 32, lr {args.pretrain_lr:g}); vocabulary {args.vocab_size:,}; "
           f"NSMC: {n_train:,} training reviews, {n_dev:,} dev (largest class {majority:.3f}), lr {args.lr:g}, "
           f"{args.epochs:g} epochs, batch 32, {args.max_seq_length} tokens; best dev accuracy over the epochs")
     for name in costs:
-        tokenizer = work / f"tokenizer-{name}-{args.vocab_size}"
+        tokenizer = work / f"tokenizer-{name}{'-reviews' if args.reviews else ''}-{args.vocab_size}"
         print(f"NSMC dev reviews, {name} tokenizer: {review_lengths(tokenizer, dev, args.max_seq_length)}")
     print(f"\n{'arm':32} | {'seeds':>5} | {'mean ± sd':^13} | {'gap to random':^13} | {'CPU min per fine-tune':>21}")
     print("-" * 97)
