@@ -73,10 +73,7 @@ def read_beir(path, split: str = "test") -> BeirData:
         have = beir_splits(path)
         raise BertmodelError(f"{path}: no split {split!r} (no {QRELS}/{split}.tsv; splits: "
                              f"{', '.join(have) if have else 'none'})")
-    corpus = {i: {"title": _text(r, "title", f, n, default=""), "text": _text(r, "text", f, n)}
-              for i, r, f, n in _records(path / CORPUS)}
-    if not corpus:
-        raise BertmodelError(f"{path / CORPUS}: empty corpus (no passages)")
+    corpus = read_beir_corpus(path)
     queries = {i: _text(r, "text", f, n) for i, r, f, n in _records(path / QUERIES)}
     qrels, lines = _read_qrels(qrels_path)
     for (qid, docid), number in lines.items():
@@ -85,6 +82,16 @@ def read_beir(path, split: str = "test") -> BeirData:
         if docid not in corpus:
             raise BertmodelError(f"{qrels_path}: line {number}: passage {docid!r} is not in {CORPUS}")
     return BeirData(corpus, {q: queries[q] for q in qrels}, qrels, split, str(path))
+
+
+def read_beir_corpus(path) -> dict[str, dict[str, str]]:
+    """A BEIR directory's corpus.jsonl: passage id -> {"title", "text"}; an empty one is an error."""
+    path = Path(path)
+    corpus = {i: {"title": _text(r, "title", f, n, default=""), "text": _text(r, "text", f, n)}
+              for i, r, f, n in _records(path / CORPUS)}
+    if not corpus:
+        raise BertmodelError(f"{path / CORPUS}: empty corpus (no passages)")
+    return corpus
 
 
 def read_qrels(path) -> dict[str, dict[str, int]]:

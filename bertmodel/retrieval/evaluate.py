@@ -29,22 +29,23 @@ RUN_FILE = "run.trec"
 RETRIEVAL_TASKS = ("embed", "rerank")
 
 
+def task_file(model) -> dict:
+    """A run's exported task file (bertmodel_task.json), or {} where it has none."""
+    try:
+        return json.loads((model_dir(model) / TASK_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def retrieval_kind(model) -> str | None:
     """"embed" or "rerank" for such a run (by its exported task file), else None."""
-    try:
-        name = json.loads((model_dir(model) / TASK_FILE).read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
+    name = task_file(model).get("name")
     return name if name in RETRIEVAL_TASKS else None
 
 
 def run_validation(model) -> str | None:
     """The validation data a run was trained with (its exported task file's options)."""
-    try:
-        options = json.loads((model_dir(model) / TASK_FILE).read_text()).get("options") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    return options.get("validation")
+    return (task_file(model).get("options") or {}).get("validation")
 
 
 def read_collection(data, split: str | None = None) -> BeirData:
@@ -135,16 +136,15 @@ def check_run_file(out_dir, overwrite: bool) -> Path:
 def write_trec_run(path: Path, run: dict[str, dict[str, float]], tag: str = "bertmodel") -> Path:
     """TREC's run format, each query's passages in trec_eval's order (score, then id);
     passage ids hold no whitespace in a run file, so such an id is refused."""
+    spaced = next((i for qid, scores in run.items() for i in (qid, *scores) if any(c.isspace() for c in i)), None)
+    if spaced is not None:
+        raise BertmodelError(f"{path}: id {spaced!r} holds whitespace, which TREC's run format cannot carry")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with tmp.open("w", encoding="utf-8") as f:
         for qid in sorted(run):
             scores = run[qid]
             for rank, docid in enumerate(trec_order(scores), 1):
-                if any(c.isspace() for c in qid + docid):
-                    tmp.unlink(missing_ok=True)
-                    raise BertmodelError(f"{path}: id {(qid if any(c.isspace() for c in qid) else docid)!r} holds "
-                                         "whitespace, which TREC's run format cannot carry")
                 # repr: the shortest text that reads back as the same double (no new ties)
                 f.write(f"{qid} Q0 {docid} {rank} {float(scores[docid])!r} {tag}\n")
     tmp.replace(path)
@@ -157,11 +157,12 @@ def evaluate_retrieval(model, data, split: str | None = None, first_stage: str =
     """(metrics, [the run file]) of an embed or rerank run on `data` (a BEIR directory or
     pairs; None: the run's validation data); a reranker's `top_k` defaults to the run's
     own; the earlier run file is refused before any work unless `overwrite`."""
-    kind = retrieval_kind(model)
-    if kind is None:
+    saved = task_file(model)
+    kind = saved.get("name")
+    if kind not in RETRIEVAL_TASKS:
         raise BertmodelError(f"{model}: not an embed or rerank run")
     path = check_run_file(Path(out_dir) if out_dir else Path(model), overwrite)
-    options = json.loads((model_dir(model) / TASK_FILE).read_text()).get("options") or {}
+    options = saved.get("options") or {}
     top_k = top_k or options.get("rerank_top_k") or 100
     if data is None:  # the run's own validation data
         data, split = options.get("validation"), split or options.get("validation_split")

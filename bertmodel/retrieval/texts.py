@@ -17,10 +17,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from bertmodel.data.beir import CORPUS, BeirData, is_beir_dir, passage_text, read_beir
+from bertmodel.data.beir import CORPUS, BeirData, is_beir_dir, passage_text, read_beir_corpus
 from bertmodel.errors import BertmodelError
+from bertmodel.eval.ranking import trec_order
 
 TEXT_COLUMNS = ("text", "passage", "document", "sentence", "query", "question", "anchor")
 ID_COLUMNS = ("_id", "id")
@@ -108,11 +107,7 @@ def read_corpus(corpus, column: str | None = None) -> BeirData:
     number from 0). No queries or judgements: search supplies the queries."""
     corpus = Path(corpus)
     if is_beir_dir(corpus):
-        split = next(iter(sorted(p.stem for p in (corpus / "qrels").glob("*.tsv"))), None)
-        if split is None:
-            raise BertmodelError(f"{corpus}: a BEIR directory without qrels")
-        docs = read_beir(corpus, split).corpus
-        return BeirData(docs, {}, {}, "search", str(corpus / CORPUS))
+        return BeirData(read_beir_corpus(corpus), {}, {}, "search", str(corpus / CORPUS))
     found = read_texts(corpus, column)
     ids = found.ids or [str(i) for i in range(len(found.texts))]
     if len(set(ids)) != len(ids):
@@ -136,8 +131,6 @@ def search(model, corpus, queries: list[str], top_k: int = 10, column: str | Non
         run = embed_retrieval(model, beir, device, batch_size, k=top_k, judged=False).run
     else:
         run = rerank_retrieval(model, beir, "bm25", max(candidates, top_k), device, batch_size, judged=False).run
-    from bertmodel.eval.ranking import trec_order
-
     hits = []
     for qid, query in beir.queries.items():
         for rank, docid in enumerate(trec_order(run.get(qid, {}))[:top_k], 1):

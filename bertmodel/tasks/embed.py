@@ -88,7 +88,7 @@ def first_queries(data: BeirData, limit: int | None) -> BeirData:
     if limit is None or limit >= len(data.queries):
         return data
     kept = list(data.queries)[:limit]
-    return BeirData(data.corpus, {q: data.queries[q] for q in kept}, {q: data.qrels[q] for q in kept if q in data.qrels},
+    return BeirData(data.corpus, {q: data.queries[q] for q in kept}, {q: data.qrels[q] for q in kept},
                     data.split, data.source)
 
 
