@@ -13,9 +13,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from bertmodel.cli import main
 from bertmodel.data.choice import encode_choices, pad_choices, read_choices
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.data.synthetic import write_small_vocab, write_tokenizer_files
@@ -26,7 +24,7 @@ from bertmodel.model import BertForMultipleChoice, BertForPreTraining
 from bertmodel.model.config import BertConfig
 from bertmodel.model.unpad import set_unpad
 from bertmodel.tasks.choice import ChoiceSet, MultipleChoiceTask
-from finetune_fixtures import WORDS, sentence
+from finetune_fixtures import WORDS, invoke, sentence
 from shared_data import SHARED_DATA
 from test_heads_match_transformers import STEPS, tiny, train_both, twin
 
@@ -238,13 +236,6 @@ def test_flops_of_a_step_are_positive_and_grow_with_the_choices():
 
 FAST = ["--batch-size", "16", "--eval-batch-size", "32", "--device", "cpu", "--no-progress", "--log-every", "1",
         "--max-seq-length", "48"]
-
-
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from bertmodel.data.pairs import read_pairs
 from bertmodel.data.squad_beir import squad_to_beir
 from bertmodel.retrieval.embedder import load_embedder
 from embed_fixtures import SQUAD, distinct_rows, minilm_path, needs_squad
+from finetune_fixtures import invoke, one_line_failure
 
 st = pytest.importorskip("sentence_transformers")
 transformers = pytest.importorskip("transformers")
@@ -31,13 +32,6 @@ pytestmark = [needs_squad, pytest.mark.slow, pytest.mark.xdist_group("embed")]
 # a wrong pooling, prefix or truncation moves the cosine far below it.
 COSINE = 0.9999
 FAST = ["--device", "cpu", "--no-progress", "--log-every", "1", "--eval-batch-size", "64"]
-
-
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -185,14 +179,7 @@ def fails(tmp_path, *args, names=()):
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["finetune", "embed", *map(str, args), "--out", str(out), *FAST,
                                        "--max-steps", "1", "--batch-size", "4"])
-    assert result.exit_code == 1, result.output
-    assert not (result.exception and not isinstance(result.exception, SystemExit)), repr(result.exception)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for name in names:
-        assert str(name) in lines[0], (name, lines[0])
-    assert not out.exists(), sorted(p.name for p in out.iterdir())
-    return lines[0]
+    return one_line_failure(result, out, names)
 
 
 def small_beir(root, corpus, queries, qrels) -> str:

@@ -17,18 +17,12 @@ from bertmodel.data.squad_beir import squad_to_beir
 from bertmodel.eval.ranking import trec_order
 from bertmodel.retrieval.embedder import load_embedder
 from embed_fixtures import SQUAD, minilm_path, needs_squad
+from finetune_fixtures import invoke
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 # One worker runs the module: its module-scoped runs (MiniLM fine-tuned) are built once.
 pytestmark = [needs_squad, pytest.mark.slow, pytest.mark.xdist_group("retrieval_eval")]
 FAST = ["--device", "cpu", "--no-progress"]
-
-
-def invoke(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 ARTICLES = (0, 2, 3, 4, 8)  # 183 paragraphs: a corpus the CPU encodes in seconds
