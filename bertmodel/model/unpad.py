@@ -142,6 +142,10 @@ def set_unpad(model: torch.nn.Module, kernel: str | None) -> None:
     transformers computes it) stays padded: its values there would change."""
     if kernel is not None and kernel not in KERNELS:
         raise BertmodelError(f"unknown unpad kernel {kernel!r}; choose {' or '.join(KERNELS)}")
+    if hasattr(model, "submodels"):  # several head models in one (ELECTRA's generator and discriminator)
+        for part in model.submodels():
+            set_unpad(part, kernel)
+        return
     bert = _bert_of(model)
     if bert is not None:
         bert.unpad = None if getattr(model, "reads_padding", False) else kernel
@@ -149,6 +153,8 @@ def set_unpad(model: torch.nn.Module, kernel: str | None) -> None:
 
 def unpad_kernel(model: torch.nn.Module) -> str | None:
     """The kernel `model` runs its encoder with, as set_unpad left it (None: padded)."""
+    if hasattr(model, "submodels"):
+        return unpad_kernel(model.submodels()[-1])
     bert = _bert_of(model)
     return None if bert is None else bert.unpad
 
