@@ -36,19 +36,22 @@ from bertmodel.training.checkpoint import (choose_from_run, is_disk_full, is_run
                                            load_checkpoint, unwrap_state_dict)
 from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
+from bertmodel.model.rtd import discriminator_state
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
 from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
-TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight")
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight",
+             "generator_lm_head.weight")
 TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
                 "cls.predictions.decoder.bias": "cls.predictions.bias",
-                "decoder.weight": "model.embeddings.tok_embeddings.weight"}
+                "decoder.weight": "model.embeddings.tok_embeddings.weight",
+                "generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
 # A tied entry is filled in only where the source has the head it belongs to (a bare
 # encoder or a classifier gets no decoder).
 TIED_HEAD = {"cls.predictions.decoder.weight": "cls.predictions.bias", "cls.predictions.decoder.bias":
-             "cls.predictions.bias", "decoder.weight": "decoder.bias"}
+             "cls.predictions.bias", "decoder.weight": "decoder.bias", "generator_lm_head.weight": "generator_lm_head.bias"}
 SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                       "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
@@ -337,6 +340,8 @@ def load_pretrained(path) -> Pretrained:
         tok_dir = path / "tokenizer"
         tok = tokenizer_info(tok_dir) if _has_tokenizer(tok_dir) else None
         task = state.get("task") or {}  # checkpoints written before tasks existed are pre-training ones
+        if task.get("objective") == "rtd":  # ELECTRA's pair: the discriminator is the model the run is for
+            state["model"] = discriminator_state(state["model"])
         return Pretrained(config_from_dict(state["config"]), complete_state_dict(state["model"]),
                           tok, path, step=int(state["step"]),
                           architecture=task.get("architecture", "BertForPreTraining"), head=task)

@@ -1,5 +1,6 @@
-"""`pretrain`: BERT pre-training (masked LM + next sentence / sentence order, or MLM alone) = the
-pre-training task (tasks/pretraining.py) on the generic trainer (training/run.py).
+"""`pretrain`: BERT pre-training (masked LM + next sentence / sentence order, MLM alone, or
+ELECTRA's replaced-token detection) = the pre-training task (tasks/pretraining.py; tasks/rtd.py
+for RTD) on the generic trainer (training/run.py).
 
 TrainConfig extends the loop's options (training/options.py) with what pre-training
 adds: shard directories, the model size, held-out shards, the shard check, the
@@ -15,6 +16,7 @@ from bertmodel.model.config import ARCHITECTURES, BertConfig, ModernBertConfig, 
 from bertmodel.data.schedules import MaskRateSchedule, parse_batch_warmup, parse_mask_rate_schedule
 from bertmodel.errors import BertmodelError
 from bertmodel.tasks.pretraining import PretrainingTask
+from bertmodel.tasks.rtd import RTDTask
 from bertmodel.training.options import LoopConfig
 from bertmodel.training.run import run_training
 
@@ -47,7 +49,15 @@ class TrainConfig(LoopConfig):
     max_predictions: int | None = None
     """Dynamic masking's cap per row; None: the shards' cap scaled with the rate (20 at 0.15 -> 40 at 0.3)."""
     objective: str | None = None
-    """"mlm+nsp", "mlm+sop" or "mlm" (no pair head, exports BertForMaskedLM); None: what the shards hold."""
+    """"mlm+nsp", "mlm+sop", "mlm" (no pair head, exports BertForMaskedLM) or "rtd" (ELECTRA's replaced-token
+    detection: a generator and a discriminator, model/rtd.py); None: what the shards hold."""
+    generator_size: float | None = None
+    """rtd: the generator's hidden size, heads and feed-forward width as a fraction of the discriminator's;
+    None: 1/3 (ELECTRA-Base; Large used 1/4)."""
+    generator_layers: float | None = None
+    """rtd: the generator's depth as a fraction of the discriminator's; None: 1.0 (ELECTRA's)."""
+    discriminator_weight: float | None = None
+    """rtd: lambda, the weight of the discriminator's loss (loss = MLM + lambda x BCE); None: 50 (ELECTRA's)."""
     mask_rate_schedule: str | None = None
     """Dynamic masking's rate per step, e.g. "0.3:0.15@80%" or "linear:0.3@0,0.15@100%" (grammar:
     data/schedules.py); the cap per row fits its highest rate."""
@@ -69,8 +79,21 @@ class TrainConfig(LoopConfig):
             raise BertmodelError(f"mask-rate must be strictly between 0 and 1, got {self.mask_rate}")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise BertmodelError(f"max-predictions must be positive, got {self.max_predictions}")
-        if self.objective not in (None, "mlm+nsp", "mlm+sop", "mlm"):
-            raise BertmodelError(f"objective must be mlm+nsp, mlm+sop or mlm, got {self.objective!r}")
+        if self.objective not in (None, "mlm+nsp", "mlm+sop", "mlm", "rtd"):
+            raise BertmodelError(f"objective must be mlm+nsp, mlm+sop, mlm or rtd, got {self.objective!r}")
+        rtd = {"generator_size": self.generator_size, "generator_layers": self.generator_layers,
+               "discriminator_weight": self.discriminator_weight}
+        given = [name for name, value in rtd.items() if value is not None]
+        if given and self.objective != "rtd":
+            raise BertmodelError(f"--{given[0].replace('_', '-')} shapes ELECTRA's replaced-token detection: add "
+                                 "--objective rtd")
+        for name in ("generator_size", "generator_layers"):
+            value = rtd[name]
+            if value is not None and not 0 < value <= 1:
+                raise BertmodelError(f"{name.replace('_', '-')} must be above 0 and at most 1 (a fraction of the "
+                                     f"discriminator's), got {value}")
+        if self.discriminator_weight is not None and self.discriminator_weight <= 0:
+            raise BertmodelError(f"discriminator-weight must be positive, got {self.discriminator_weight}")
         if self.eval_batches <= 0:
             raise BertmodelError(f"eval-batches must be positive, got {self.eval_batches}")
         if self.architecture not in (None, *ARCHITECTURES):
@@ -123,7 +146,8 @@ class TrainConfig(LoopConfig):
 
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",
-                "mask_rate_schedule", "batch_size_warmup", "rope_theta")
+                "mask_rate_schedule", "batch_size_warmup", "rope_theta", "generator_size", "generator_layers",
+                "discriminator_weight")
 
     def model_config(self, tokenizer) -> BertConfig | ModernBertConfig:
         """The model a fresh run builds: the preset of the architecture, the size
@@ -139,4 +163,5 @@ def train(cfg: TrainConfig, log=None) -> dict:
     """Pre-train (or resume) into cfg.out. Returns the last logged metrics."""
     from tqdm import tqdm
 
-    return run_training(cfg, lambda d, log: PretrainingTask(cfg, d, log), log or tqdm.write)
+    task = RTDTask if cfg.objective == "rtd" else PretrainingTask
+    return run_training(cfg, lambda d, log: task(cfg, d, log), log or tqdm.write)

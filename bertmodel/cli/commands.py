@@ -82,8 +82,17 @@ def _opt(name: str, **kwargs):
       "schedule counts steps.")
 @_opt("--rope-theta", metavar="G[,L]", help="ModernBERT: the RoPE base of the global (and local) layers, for a "
       "preset or --init-from (context extension: 160000). Default: the preset's 160000,10000 or --init-from's.")
-@_opt("--objective", type=click.Choice(["mlm+nsp", "mlm+sop", "mlm"]), help="mlm+nsp (BERT), mlm+sop (ALBERT; "
-      "shards built with --pairs sop) or mlm alone (RoBERTa; exports BertForMaskedLM). Default: what the shards hold.")
+@_opt("--objective", type=click.Choice(["mlm+nsp", "mlm+sop", "mlm", "rtd"]), help="mlm+nsp (BERT), mlm+sop (ALBERT; "
+      "shards built with --pairs sop), mlm alone (RoBERTa; exports BertForMaskedLM) or rtd: ELECTRA's replaced-token "
+      "detection (a small generator MLM fills the masked slots with samples, the discriminator learns from every "
+      "token which were replaced; RUN/hf the discriminator, ElectraForPreTraining or for modernbert "
+      "ModernBertForTokenClassification, RUN/generator the generator). Default: what the shards hold.")
+@_opt("--generator-size", type=click.FloatRange(0, 1, min_open=True), help="rtd: the generator's hidden size, heads "
+      "and feed-forward width as a fraction of the discriminator's [default: 1/3, ELECTRA-Base; Large used 1/4].")
+@_opt("--generator-layers", type=click.FloatRange(0, 1, min_open=True), help="rtd: the generator's depth as a "
+      "fraction of the discriminator's [default: 1.0, as ELECTRA].")
+@_opt("--discriminator-weight", type=click.FloatRange(min=0, min_open=True), help="rtd: lambda in loss = generator "
+      "MLM + lambda x discriminator BCE [default: 50, as ELECTRA].")
 @_opt("--save-every", type=click.IntRange(min=1), help="Checkpoint (and refresh RUN/hf/) every N steps.")
 @_opt("--keep-last", type=click.IntRange(min=1), help="Checkpoints to keep.")
 @click.option("--eval-data", multiple=True, type=click.Path(exists=True, file_okay=False),
@@ -128,8 +137,9 @@ def pretrain(**options):
     options["eval_data"] = list(options["eval_data"])
     options["report_to"] = list(options["report_to"])
     last = train(TrainConfig(**options))
-    finish_run(options["out"], last, ("step", "loss", "mlm_acc", "nsp_acc", "sop_acc", "eval_mlm_acc", "eval_nsp_acc",
-                                   "eval_sop_acc"))
+    finish_run(options["out"], last, ("step", "loss", "mlm_acc", "nsp_acc", "sop_acc", "disc_acc", "eval_mlm_acc",
+                                   "eval_nsp_acc", "eval_sop_acc", "eval_disc_acc", "eval_disc_precision",
+                                   "eval_disc_recall"))
 
 
 @main.command("export-hf", context_settings=CONTEXT_SETTINGS)

@@ -26,8 +26,9 @@ from bertmodel.model.heads import IGNORE_INDEX
 from bertprep.shards import pairing
 from bertprep.instances import MaskingConfig, Vocabulary, mask_padded
 
-OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
-SERVES = {"nsp": ("mlm+nsp", "mlm"), "sop": ("mlm+sop", "mlm"), "none": ("mlm",)}  # pairing -> objectives
+OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm", "rtd")
+# pairing -> objectives; MLM alone and ELECTRA's replaced-token detection read any rows as sequences
+SERVES = {"nsp": ("mlm+nsp", "mlm", "rtd"), "sop": ("mlm+sop", "mlm", "rtd"), "none": ("mlm", "rtd")}
 DEFAULT_OBJECTIVE = {"nsp": "mlm+nsp", "sop": "mlm+sop", "none": "mlm"}
 MASK_STREAM = 0x6D61736B  # "mask": keeps these draws apart from the sample order's PCG64([seed, epoch])
 

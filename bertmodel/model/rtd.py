@@ -246,17 +246,6 @@ class ModernBertGenerator(ModernBertWithHead):
         hidden = self.head(self.model(input_ids, None, attention_mask, positions))  # (B, P, H_g)
         return F.linear(hidden, self.model.embeddings.tok_embeddings.weight, self.decoder_bias)
 
-    def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        """Its tensors as ModernBertForMaskedLM names them: the projected table multiplied
-        out into tok_embeddings (the decoder is tied to it), decoder_bias as decoder.bias."""
-        out = {}
-        for key, value in self.state_dict().items():
-            if key.startswith("model.embeddings.tok_embeddings."):
-                continue
-            out["decoder.bias" if key == "decoder_bias" else key] = value
-        out["model.embeddings.tok_embeddings.weight"] = self.model.embeddings.tok_embeddings.weight.detach()
-        return out
-
 
 class ModernBertDiscriminator(ModernBertForTokenClassification):
     """ModernBertForTokenClassification with one label, "replaced": a logit per token (B, T)."""
@@ -322,22 +311,41 @@ class ReplacedTokenDetection(HeadModel):
 
     # -- the two models transformers loads ----------------------------------------------
     def discriminator_state(self, state_dict: dict | None = None) -> dict[str, torch.Tensor]:
-        """The discriminator's tensors under its transformers class's names."""
-        return split_state(self.state_dict() if state_dict is None else state_dict, "discriminator.")
+        return discriminator_state(self.state_dict() if state_dict is None else state_dict)
 
     def generator_state(self, state_dict: dict | None = None) -> dict[str, torch.Tensor]:
-        """The generator's tensors under its transformers class's names (a ModernBERT
-        generator's projected table multiplied out)."""
-        if state_dict is not None:
-            self.load_state_dict(state_dict)
-        if isinstance(self.generator, ModernBertGenerator):
-            return self.generator.hf_state_dict()
-        return split_state(self.state_dict(), "generator.")
+        return generator_state(self.state_dict() if state_dict is None else state_dict)
 
 
 def split_state(state_dict: dict, prefix: str) -> dict[str, torch.Tensor]:
     """The entries under `prefix`, without it."""
     return {k.removeprefix(prefix): v for k, v in state_dict.items() if k.startswith(prefix)}
+
+
+def discriminator_state(state_dict: dict) -> dict[str, torch.Tensor]:
+    """The discriminator's tensors of a ReplacedTokenDetection state dict, under its
+    transformers class's names (ElectraForPreTraining, ModernBertForTokenClassification)."""
+    return split_state(state_dict, "discriminator.")
+
+
+PROJECTED = "model.embeddings.tok_embeddings."  # a ModernBERT generator's table and projection live here
+
+
+def generator_state(state_dict: dict) -> dict[str, torch.Tensor]:
+    """The generator's tensors under its transformers class's names: ElectraForMaskedLM's
+    as they are; ModernBertForMaskedLM's with a projected table multiplied out into
+    tok_embeddings (E P^T: the same lookups and, the decoder tied to it, the same logits)
+    and decoder_bias as decoder.bias."""
+    sd = split_state(state_dict, "generator.")
+    if "decoder_bias" not in sd and f"{PROJECTED}table.weight" not in sd:
+        return sd  # ELECTRA's names already
+    out = {("decoder.bias" if k == "decoder_bias" else k): v for k, v in sd.items() if not k.startswith(PROJECTED)}
+    if f"{PROJECTED}table.weight" in sd:
+        table, project = sd[f"{PROJECTED}table.weight"], sd[f"{PROJECTED}project.weight"]
+        out[f"{PROJECTED}weight"] = (table.detach().double() @ project.detach().double().t()).to(table.dtype)
+    else:
+        out[f"{PROJECTED}weight"] = sd[f"{PROJECTED}weight"]
+    return out
 
 
 def discriminator_head_config(config) -> dict:

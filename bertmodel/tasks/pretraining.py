@@ -78,7 +78,8 @@ class PretrainingTask:
             self.objective = objective_for(cfg.objective or "mlm", self.shards.dirs)
         else:
             self.objective = objective_for(cfg.objective, self.shards.dirs)
-        self.model_class = head_class(kind, "mlm" if self.objective == "mlm" else "pretraining")
+        # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then)
+        self.model_class = head_class(kind, "mlm" if self.objective in ("mlm", "rtd") else "pretraining")
         self.architecture = self.model_class.hf_architecture
         self.mask_rates = cfg.mask_rates()
         self.train_set = self.shards if cfg.masking == "static" else self._dynamic(self.shards)

@@ -324,6 +324,9 @@ class Trainer:
         self.log(f"best {name} so far: {value:.4f} at step {self.step:,}{tie}; exported to {self.run / 'hf'}")
 
     def _export(self, source) -> None:
+        if hasattr(self.task, "export"):  # a task that writes more than RUN/hf (ELECTRA's generator too)
+            self.task.export(source, self.run, self.config)
+            return
         state = self.task.state()
         export_hf(source, self.run / "hf", tokenizer=self.task.tokenizer, config=self.config,
                   architecture=state["architecture"], head_config=state.get("hf_config"), task=state)

@@ -1,0 +1,197 @@
+"""The pre-training task for ELECTRA's replaced-token detection (`--objective rtd`,
+model/rtd.py): the pre-training task's data, recipe and checks (tasks/pretraining.py:
+static or dynamic masks, any pairing of shards, their pair labels unused), with its own
+model (a generator and a discriminator), statistics, FLOPs, held-out evaluation and export.
+
+Per logging interval and evaluation: the generator's MLM loss and accuracy, the
+discriminator's BCE, accuracy over real tokens, precision and recall on the replaced
+ones, and the share of real tokens replaced (how often the generator's sample is not the
+original: it falls as the generator learns, which is what makes the task harder).
+
+Export: RUN/hf is the discriminator, the model the run is for (fine-tuning and
+eval-suite read it), RUN/generator the generator:
+  bert        RUN/hf ElectraForPreTraining, RUN/generator ElectraForMaskedLM
+  modernbert  RUN/hf ModernBertForTokenClassification with one label ("replaced"): its
+              encoder loads as ModernBertModel (AutoModel) and into every ModernBertFor...
+              head; RUN/generator ModernBertForMaskedLM
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bertmodel.data import eval_batches
+from bertmodel.errors import BertmodelError
+from bertmodel.hf import check_export_dir, export_hf
+from bertmodel.model.config import ModernBertConfig, config_from_dict
+from bertmodel.model.rtd import (DEFAULT_DISCRIMINATOR_WEIGHT, DEFAULT_GENERATOR_SIZE, ReplacedTokenDetection,
+                                 discriminator_config, discriminator_head_config, discriminator_state,
+                                 generator_config, generator_state)
+from bertmodel.tasks.pretraining import PretrainingTask
+from bertmodel.training import parallel
+from bertmodel.training.metrics import encoder_flops
+
+GENERATOR_DIR = "generator"  # RUN/generator: the generator's transformers directory
+
+
+class RTDStats:
+    """Sums over one logging interval's micro-batches, on the device (no syncs)."""
+
+    FIELDS = ("loss", "mlm_loss", "disc_loss", "mlm_correct", "mlm_total", "disc_correct", "real_tokens",
+              "true_replaced", "predicted_replaced", "replaced")
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(len(self.FIELDS), dtype=torch.float64, device=device)
+        self.micro_batches = 0
+
+    @torch.no_grad()
+    def add(self, out, tensors: dict) -> None:
+        labels = tensors["masked_lm_labels"]
+        valid = labels != -100
+        mask = tensors.get("attention_mask")
+        real = torch.ones_like(out.replaced) if mask is None else mask.bool()
+        predicted = (out.disc_logits > 0) & real
+        replaced = out.replaced & real
+        parts = (out.loss, out.mlm_loss, out.disc_loss, ((out.mlm_logits.argmax(-1) == labels) & valid).sum(),
+                 valid.sum(), ((predicted == replaced) & real).sum(), real.sum(), (predicted & replaced).sum(),
+                 predicted.sum(), replaced.sum())
+        self.sums += torch.stack([p.detach().double() for p in parts])
+        self.micro_batches += 1
+
+    def totals(self) -> torch.Tensor:
+        extra = torch.tensor([self.micro_batches], dtype=torch.float64, device=self.sums.device)
+        return torch.cat([self.sums, extra])
+
+    @classmethod
+    def summarize(cls, totals: torch.Tensor) -> dict:
+        values = totals.tolist()
+        s = dict(zip(cls.FIELDS, values))
+        n = max(1.0, values[-1])
+        share = lambda a, b: s[a] / s[b] if s[b] else float("nan")  # noqa: E731 - nan: nothing to measure
+        return {"loss": s["loss"] / n, "mlm_loss": s["mlm_loss"] / n, "disc_loss": s["disc_loss"] / n,
+                "mlm_acc": share("mlm_correct", "mlm_total"), "disc_acc": share("disc_correct", "real_tokens"),
+                "disc_precision": share("true_replaced", "predicted_replaced"),
+                "disc_recall": share("true_replaced", "replaced"), "replaced_share": share("replaced", "real_tokens")}
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.micro_batches = 0
+
+
+class RTDTask(PretrainingTask):
+    def __init__(self, cfg, d: parallel.Dist, log):
+        if cfg.init_from:
+            raise BertmodelError("--init-from with --objective rtd is not supported: an RTD run starts its generator "
+                                 "and discriminator together (rerun the same --out to resume one)")
+        super().__init__(cfg, d, log)
+        self.generator_size = cfg.generator_size or DEFAULT_GENERATOR_SIZE
+        self.generator_layers = cfg.generator_layers or 1.0
+        self.discriminator_weight = (DEFAULT_DISCRIMINATOR_WEIGHT if cfg.discriminator_weight is None
+                                     else cfg.discriminator_weight)
+        wanted = self._wanted_config()
+        self.architecture = "ModernBertForTokenClassification" if isinstance(wanted, ModernBertConfig) \
+            else "ElectraForPreTraining"
+        self.generator_class = "ModernBertForMaskedLM" if isinstance(wanted, ModernBertConfig) else "ElectraForMaskedLM"
+        if d.is_main:
+            check_export_dir(Path(cfg.out) / GENERATOR_DIR)  # refused now, not at the first save
+        self.generator = None  # its config, once the model is built
+
+    def _wanted_config(self):
+        return discriminator_config(self.cfg.model_config(self.tokenizer))
+
+    def _build(self, config, generator) -> ReplacedTokenDetection:
+        self._check_positions(config)
+        self.generator = generator
+        model = ReplacedTokenDetection(config, generator, self.discriminator_weight)
+        g = generator
+        self.log(f"replaced-token detection: generator {g.num_hidden_layers} layers, hidden {g.hidden_size}, "
+                 f"{g.num_attention_heads} heads, intermediate {g.intermediate_size} (x{self.generator_size:.3g} of "
+                 f"the discriminator's width), embeddings shared; loss = MLM + {self.discriminator_weight:g} x BCE; "
+                 f"exports RUN/hf ({self.architecture}: the discriminator"
+                 f"{', whose encoder loads as ModernBertModel' if isinstance(config, ModernBertConfig) else ''}) "
+                 f"and RUN/{GENERATOR_DIR} ({self.generator_class})")
+        return model
+
+    def fresh_model(self, log):
+        config = self._wanted_config()
+        return self._build(config, generator_config(config, self.generator_size, self.generator_layers))
+
+    def model_for_checkpoint(self, resume: dict):
+        task = resume.get("task") or {}
+        if task.get("objective") != "rtd":
+            raise BertmodelError(f"{self.cfg.out}: a {task.get('objective', 'mlm+nsp')} run; replaced-token detection "
+                                 "starts a run of its own: use another --out")
+        config = config_from_dict(resume["config"])
+        self._check_same_model(config, None)
+        model = self._build(config, config_from_dict(task["generator_config"]))
+        model.load_state_dict(resume["model"])
+        return model
+
+    def new_stats(self, device: torch.device) -> RTDStats:
+        return RTDStats(device)
+
+    def flops(self, config, tensors: dict, extent: dict | None = None) -> float:
+        """The generator (its last layer at the P slots, its head and decoder there) and the
+        discriminator (every token, its head at every token); sampling is not counted."""
+        B, T = tensors["input_ids"].shape
+        P = tensors["masked_lm_positions"].shape[1]
+        g, V = self.generator, config.vocab_size
+        E = getattr(g, "embedding_width", config.hidden_size)  # the shared tables' width
+        extent = extent or {}
+        tokens = extent.get("tokens", B * T)
+        flops = encoder_flops(g, B, T, P, **extent) + encoder_flops(config, B, T, None, **extent)
+        head_in = g.hidden_size if isinstance(g, ModernBertConfig) else E  # ModernBERT: dense H_g -> H_g
+        flops += 6 * (g.hidden_size * head_in + head_in * V) * B * P  # generator head + decoder at the slots
+        if g.hidden_size != E:  # the shared table projected to the generator's width
+            table = config.hidden_size
+            flops += 6 * table * g.hidden_size * (tokens + (V if isinstance(g, ModernBertConfig) else 0))
+        flops += 6 * (config.hidden_size ** 2 + config.hidden_size) * tokens  # discriminator head, every token
+        return flops
+
+    @torch.no_grad()
+    def evaluate(self, model, d: parallel.Dist, autocast, on_batch=None) -> dict:
+        """The figures of training on the first eval_batches batches of the held-out shards
+        (their static masks), dropout off; the generator samples from its own seeded
+        stream, the same at every evaluation and apart from training's."""
+        was_training = model.training
+        model.eval()
+        stats = RTDStats(d.device)
+        total = min(self.cfg.eval_batches, max(1, len(self.eval_data) // (self.cfg.batch_size * d.world)))
+        noise = torch.Generator(device=d.device).manual_seed(self.cfg.seed * 1000 + d.rank)
+        done = 0
+        try:
+            if on_batch is not None:
+                on_batch(0, total)
+            for arrays in eval_batches(self.eval_data, self.cfg.batch_size, d.rank, d.world, self.cfg.eval_batches,
+                                       model.config.max_position_embeddings):
+                batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
+                with autocast:
+                    out = model(**batch, sample_generator=noise)
+                stats.add(out, batch)
+                done += 1
+                if on_batch is not None:
+                    on_batch(done, total)
+            if on_batch is not None and done < total:
+                on_batch(total, total)
+        finally:
+            model.train(was_training)
+        summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
+        return {f"eval_{k}": v for k, v in summary.items()}
+
+    def state(self) -> dict:
+        generator = self.generator.to_dict() if self.generator is not None else None
+        return {"name": self.name, "architecture": self.architecture, "objective": "rtd", "masking": self.cfg.masking,
+                "generator_config": generator, "generator_architecture": self.generator_class,
+                "discriminator_weight": self.discriminator_weight,
+                "hf_config": discriminator_head_config(self._wanted_config())}
+
+    def export(self, source, run: Path, config) -> None:
+        """RUN/hf (the discriminator) and RUN/generator, from the model or a checkpoint's dict."""
+        state_dict = source.state_dict() if isinstance(source, torch.nn.Module) else source["model"]
+        task = self.state()
+        export_hf({"model": discriminator_state(state_dict), "config": config.to_dict(), "task": task},
+                  run / "hf", tokenizer=self.tokenizer)
+        export_hf({"model": generator_state(state_dict), "config": self.generator.to_dict(),
+                   "task": {**task, "architecture": self.generator_class, "hf_config": {}, "part": "generator"}},
+                  run / GENERATOR_DIR, tokenizer=self.tokenizer)

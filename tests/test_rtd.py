@@ -1,0 +1,192 @@
+"""`bertmodel pretrain --objective rtd` end to end on Google's sample text: the run logs
+and evaluates ELECTRA's figures; RUN/hf (the discriminator) and RUN/generator load in
+transformers' classes with no missing or unexpected keys and give our logits (BERT:
+ElectraForPreTraining / ElectraForMaskedLM; ModernBERT: ModernBertForTokenClassification,
+whose encoder AutoModel loads as ModernBertModel, / ModernBertForMaskedLM); a stopped and
+resumed run ends with the uninterrupted run's weights, bit for bit (static and dynamic
+masks, padded and packed); the discriminator's loss reads real tokens only; fine-tuning
+takes the run; bad option combinations are one-line errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from bertmodel.cli import main
+from bertmodel.data import ShardDataset
+from bertmodel.data.shards import open_shard_dir
+from bertmodel.hf import load_pretrained
+from bertmodel.model.rtd import ReplacedTokenDetection
+from bertmodel.training import checkpoint as ckpt
+from bertprep.cli import main as bertprep_main
+from shared_data import SHARED_DATA
+
+transformers = pytest.importorskip("transformers")
+
+SAMPLE, UNCASED = SHARED_DATA / "google_sample_text.txt", SHARED_DATA / "bert-base-uncased-vocab.txt"
+RTE = SHARED_DATA / "glue" / "RTE"
+pytestmark = pytest.mark.skipif(not SAMPLE.is_file() or not UNCASED.is_file(),
+                                reason="needs ../shared/data (google_sample_text.txt, bert-base-uncased-vocab.txt)")
+
+
+def invoke(cli, *args, code: int = 0):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rtd") / "shards"
+    invoke(bertprep_main, "build-shards", SAMPLE, "--tokenizer", UNCASED, "--out", out, "--max-seq-length", 64,
+           "--dupe-factor", 2, "--no-progress")
+    return out
+
+
+def pretrain(shards, out, *args, code: int = 0):
+    return invoke(main, "pretrain", "--data", shards, "--out", out, "--preset", "tiny", "--objective", "rtd",
+                  "--batch-size", 8, "--max-steps", 12, "--lr", "5e-4", "--warmup-steps", 2, "--log-every", 3,
+                  "--save-every", 6, "--no-progress", *args, code=code)
+
+
+def batch_of(shards, rows: int = 6) -> dict:
+    data = ShardDataset([open_shard_dir(shards)])
+    arrays = data.collate(np.arange(rows))
+    return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+
+def our_model(run) -> ReplacedTokenDetection:
+    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
+    from bertmodel.model.config import config_from_dict
+
+    model = ReplacedTokenDetection(config_from_dict(state["config"]), config_from_dict(state["task"]["generator_config"]))
+    model.load_state_dict(state["model"])
+    return model.eval()
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modernbert"])
+def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, architecture):
+    run = tmp_path / "run"
+    result = pretrain(shards, run, "--architecture", architecture, "--eval-data", shards, "--eval-batches", 2)
+    assert "RUN/generator" in result.output and "replaced-token detection" in result.output
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train, evals = [r for r in records if "loss" in r], [r for r in records if "eval_loss" in r]
+    for key in ("mlm_loss", "disc_loss", "mlm_acc", "disc_acc", "disc_precision", "disc_recall", "replaced_share"):
+        assert key in train[-1] and f"eval_{key}" in evals[-1], key
+    assert 0.05 < train[-1]["replaced_share"] < 0.2  # about the 15% masked, less the samples that hit the original
+    assert train[-1]["loss"] == pytest.approx(train[-1]["mlm_loss"] + 50 * train[-1]["disc_loss"], rel=1e-6)
+
+    ours = our_model(run)
+    batch = batch_of(shards)
+    with torch.no_grad():
+        out = ours(**batch, sample_generator=torch.Generator().manual_seed(0))
+        ids, mask = batch["input_ids"].long(), batch["attention_mask"]
+        disc_logits = ours.discriminator(ids, batch["token_type_ids"], mask)
+        gen_logits = ours.generator(ids, batch["token_type_ids"], mask, batch["masked_lm_positions"].long())
+    assert out.mlm_logits.shape == gen_logits.shape
+    slots = batch["masked_lm_positions"].long()
+    if architecture == "bert":
+        disc_class, gen_class = transformers.ElectraForPreTraining, transformers.ElectraForMaskedLM
+    else:
+        disc_class, gen_class = transformers.ModernBertForTokenClassification, transformers.ModernBertForMaskedLM
+    disc, info = disc_class.from_pretrained(run / "hf", output_loading_info=True)
+    assert not any(info.values()), info
+    gen, info = gen_class.from_pretrained(run / "generator", output_loading_info=True)
+    assert not any(info.values()), info
+    kwargs = {"token_type_ids": batch["token_type_ids"].long()} if architecture == "bert" else {}
+    with torch.no_grad():
+        theirs = disc.eval()(input_ids=ids, attention_mask=mask, **kwargs).logits
+        theirs_gen = gen.eval()(input_ids=ids, attention_mask=mask, **kwargs).logits
+    real = mask.bool()
+    torch.testing.assert_close(theirs.reshape(disc_logits.shape)[real], disc_logits[real], atol=1e-5, rtol=1e-5)
+    at_slots = theirs_gen.gather(1, slots[..., None].expand(-1, -1, theirs_gen.shape[-1]))
+    torch.testing.assert_close(at_slots, gen_logits, atol=1e-4, rtol=1e-4)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(run / "generator")
+    assert tokenizer("the man went to the store")["input_ids"][0] == tokenizer.cls_token_id
+    if architecture == "modernbert":  # the discriminator's encoder as ModernBertModel
+        encoder, info = transformers.AutoModel.from_pretrained(run / "hf", output_loading_info=True)
+        assert type(encoder).__name__ == "ModernBertModel" and not info["missing_keys"], info
+        with torch.no_grad():
+            hidden = encoder.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
+            ours_hidden = ours.discriminator.model(ids, None, mask)
+        torch.testing.assert_close(hidden[real], ours_hidden[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("architecture,recipe", [("bert", []), ("modernbert", ["--masking", "dynamic",
+                                                                             "--unpad", "on"])],
+                         ids=["bert-static", "modernbert-dynamic-packed"])
+def test_a_stopped_run_resumes_to_the_same_weights(shards, tmp_path, architecture, recipe):
+    pretrain(shards, tmp_path / "straight", "--architecture", architecture, *recipe)
+    pretrain(shards, tmp_path / "resumed", "--architecture", architecture, *recipe, "--stop-at", 5)
+    assert ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "resumed"))["step"] == 5
+    pretrain(shards, tmp_path / "resumed", "--architecture", architecture, *recipe)
+    a = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "straight"))
+    b = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "resumed"))
+    assert a["step"] == b["step"] == 12
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    assert {k for k in a["model"] if k.startswith("generator.")} and {k for k in a["model"]
+                                                                      if k.startswith("discriminator.")}
+
+
+def test_the_discriminator_loss_reads_real_tokens_only(shards):
+    """What sits at padded positions changes neither the loss nor the labels."""
+    from bertmodel.model.config import ElectraConfig
+    from bertmodel.model.rtd import generator_config
+
+    torch.manual_seed(0)
+    config = ElectraConfig.preset("tiny", vocab_size=30522, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    model = ReplacedTokenDetection(config, generator_config(config, 1 / 3)).eval()
+    batch = batch_of(shards, 16)
+    pad = batch["attention_mask"] == 0
+    if not bool(pad.any()):  # a row cut short: padded positions to fill
+        batch["attention_mask"][0, -5:] = 0
+        pad = batch["attention_mask"] == 0
+    other = dict(batch, input_ids=torch.where(pad, torch.full_like(batch["input_ids"], 1999), batch["input_ids"]))
+    with torch.no_grad():
+        a = model(**batch, sample_generator=torch.Generator().manual_seed(3))
+        b = model(**other, sample_generator=torch.Generator().manual_seed(3))
+    assert not bool(a.replaced[pad].any())
+    assert a.disc_loss.item() == pytest.approx(b.disc_loss.item(), rel=1e-6)
+    real = ~pad
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(a.disc_logits[real], a.replaced[real].float())
+    assert a.disc_loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.skipif(not RTE.is_dir(), reason="needs ../shared/data/glue/RTE")
+@pytest.mark.parametrize("architecture,hf_class", [("bert", "ElectraForSequenceClassification"),
+                                                   ("modernbert", "ModernBertForSequenceClassification")])
+def test_finetune_classify_takes_an_rtd_run(shards, tmp_path, architecture, hf_class):
+    run = tmp_path / "run"
+    pretrain(shards, run, "--architecture", architecture, "--max-steps", 6)
+    pre = load_pretrained(run)
+    assert pre.architecture in ("ElectraForPreTraining", "ModernBertForTokenClassification")
+    assert not any(k.startswith(("generator.", "discriminator.")) for k in pre.state_dict)
+    out = tmp_path / "rte"
+    invoke(main, "finetune", "classify", "--model", run, "--train", RTE / "train.tsv", "--validation",
+           RTE / "dev.tsv", "--out", out, "--max-train-examples", 32, "--max-eval-examples", 16, "--batch-size", 16,
+           "--epochs", 1, "--max-seq-length", 64, "--no-progress")
+    theirs, info = getattr(transformers, hf_class).from_pretrained(out / "hf", output_loading_info=True)
+    assert not any(info.values()), info
+    tuned = load_pretrained(out / "hf").state_dict
+    disc = pre.state_dict
+    key = next(k for k in disc if "encoder.layer.0" in k or "layers.1.attn.Wqkv" in k)
+    assert key in tuned and not torch.equal(tuned[key], disc[key])  # trained on, from the discriminator's weights
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--objective", "mlm", "--generator-size", "0.25"], "--generator-size shapes ELECTRA's replaced-token "
+                                                         "detection: add --objective rtd"),
+    (["--objective", "rtd", "--init-from", "SELF"], "--init-from with --objective rtd is not supported"),
+])
+def test_bad_option_combinations_are_one_line_errors(shards, tmp_path, args, message):
+    args = [str(shards) if a == "SELF" else a for a in args]
+    result = CliRunner().invoke(main, ["pretrain", "--data", str(shards), "--out", str(tmp_path / "run"), "--preset",
+                                       "tiny", "--max-steps", "2", "--no-progress", *args])
+    assert result.exit_code != 0
+    assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "run").exists()
