@@ -15,8 +15,18 @@ Prints a table (mean ± sd over seeds per point), the gap to random init and whe
 exceeds the spread (the sum of both sds); --plot draws the curves. Everything lands in
 --work and a rerun reuses what is finished (results.jsonl).
 
+--objectives mlm,rtd adds ELECTRA's replaced-token detection (`--objective rtd`, its
+defaults: generator 1/3 of the width, lambda 50; dynamic masking at ELECTRA's 0.15; the
+same shards, batch, lr and schedule shape) at equal training time: a short calibration
+run measures RTD's training throughput, and the RTD run gets the steps that take the
+MLM run's longest point's training time (the trainer's own step clock, start-up and
+checkpoints left out), with checkpoints at 1/4, 1/2 and all of it. Both runs are timed
+alone, one after the other. Each objective's FLOPs per step (the trainer's count) are
+printed beside it.
+
   python benchmarks/transfer.py --work /tmp/transfer --steps 1000,3000 --seeds 1,2,3 \\
       --tasks topic,mrpc --plot transfer.png
+  python benchmarks/transfer.py --work /tmp/transfer --objectives mlm,rtd --steps 3000 --tasks topic,mrpc
 """
 from __future__ import annotations
 
@@ -63,31 +73,82 @@ def task_files(name: str, work: Path) -> tuple[Path, Path, list[str]]:
     return TASKS[name]
 
 
-def pretrain(args, work: Path) -> tuple[Path, Path, float]:
-    """The pre-training run (checkpoints at every --steps point) and its minutes."""
+def corpus(args, work: Path) -> tuple[Path, Path]:
+    """The tokenizer and the shards both objectives read."""
     wiki = DATA / "enwiki_wikiextractor"
     text = [wiki_to_reference_layout([wiki / "wiki_00", wiki / "wiki_01", wiki / "wiki_02"], work / "wiki.txt"),
             wikitext_to_reference_layout(DATA / "wikitext-2-raw-train-head.txt", work / "wikitext.txt")]
     tokenizer = train_vocab(text, work / f"tokenizer-{args.vocab_size}", args.vocab_size)
-    shards = build(text, work / f"shards-{args.vocab_size}", "nsp", 5, tokenizer)
-    run = work / "pretrain"
-    steps = sorted(args.steps)
+    return tokenizer, build(text, work / f"shards-{args.vocab_size}", "nsp", 5, tokenizer)
+
+
+RECIPES = {  # objective -> its pre-training options beyond the shared ones
+    "mlm": ["--masking", "dynamic", "--mask-rate", 0.3, "--objective", "mlm"],
+    "rtd": ["--masking", "dynamic", "--mask-rate", 0.15, "--objective", "rtd"],
+}
+
+
+def run_pretraining(args, shards: Path, run: Path, objective: str, steps: list[int], log: Path) -> float:
+    """One run with a checkpoint at every point of `steps`; its minutes (whole command)."""
+    steps = sorted(steps)
     every = math.gcd(*steps)  # a checkpoint at every point, none pruned (--keep-last)
     done = run / "checkpoints" / f"step-{steps[-1]}"
     started = time.perf_counter()
     if not done.is_dir():
         cli("pretrain", "--data", shards, "--out", run, "--preset", args.preset, "--batch-size", 32,
             "--max-steps", steps[-1], "--lr", "1e-3", "--warmup-ratio", "0.05", "--save-every", every,
-            "--keep-last", 1000, "--log-every", 100, "--seed", 1, "--masking", "dynamic", "--mask-rate", 0.3,
-            "--objective", "mlm", "--device", "cpu", "--no-progress", log=work / "pretrain.log")
-    minutes = (time.perf_counter() - started) / 60
-    return run, tokenizer, minutes
+            "--keep-last", 1000, "--log-every", 100 if steps[-1] >= 200 else 10, "--seed", 1, *RECIPES[objective],
+            "--device", "cpu", "--no-progress", log=log)
+    return (time.perf_counter() - started) / 60
 
 
-def finetune(args, work: Path, task: str, point: int, seed: int, run: Path, tokenizer: Path) -> float:
+def step_seconds(run: Path) -> float:
+    """Seconds per training step on the trainer's own clock (metrics.jsonl's samples_per_s
+    over each logging interval; start-up, evaluations and checkpoints excluded)."""
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["samples_per_s"] for r in records if "samples_per_s" in r][1:] or \
+        [r["samples_per_s"] for r in records if "samples_per_s" in r]  # the first interval holds warm-up
+    return 32 / statistics.median(rates)
+
+
+def pretrain(args, work: Path, objective: str = "mlm", budget_s: float | None = None) -> tuple[Path, list[int], float]:
+    """The pre-training run of `objective` (checkpoints at every point) and its minutes.
+    MLM's points are --steps; RTD's fill `budget_s` of training time (1/4, 1/2, all)."""
+    tokenizer, shards = corpus(args, work)
+    if objective == "mlm":
+        run, steps = work / "pretrain", sorted(args.steps)
+    else:
+        calibration = work / f"calibrate-{objective}"
+        run_pretraining(args, shards, calibration, objective, [60], work / f"calibrate-{objective}.log")
+        total = max(4, round(budget_s / step_seconds(calibration) / 4) * 4)
+        run, steps = work / f"pretrain-{objective}", [total // 4, total // 2, total]
+    minutes = run_pretraining(args, shards, run, objective, steps, work / f"pretrain-{objective}.log"
+                              if objective != "mlm" else work / "pretrain.log")
+    return run, steps, minutes
+
+
+def flops_per_step(run: Path, objective: str, shards: Path) -> float:
+    """The trainer's FLOP count of one step of 32 rows of the shards' length, their mean number of
+    prediction slots at the objective's masking rate."""
+    from bertmodel.model.config import config_from_dict
+    from bertmodel.tasks.rtd import rtd_flops
+    from bertmodel.training import checkpoint as ckpt
+    from bertmodel.training.metrics import train_flops
+
+    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
+    config = config_from_dict(state["config"])
+    T = json.loads((shards / "manifest.json").read_text())["options"]["max_seq_length"]
+    P = math.ceil(T * float(RECIPES[objective][3]))
+    if objective == "rtd":
+        return rtd_flops(config, config_from_dict(state["task"]["generator_config"]), 32, T, P)
+    return train_flops(config, 32, T, P, pair_head=False)
+
+
+def finetune(args, work: Path, task: str, point: int, seed: int, run: Path, objective: str = "mlm") -> float:
     """Best dev accuracy of one fine-tune (point 0: random init of the same shape)."""
     train, dev, options = task_files(task, work)
-    out = work / "finetune" / f"{task}-{point}-seed{seed}"
+    name = f"{task}-{point}-seed{seed}" if objective == "mlm" or point == 0 else f"{task}-{objective}-{point}-seed{seed}"
+    out = work / "finetune" / name
     source = ["--model", run / "checkpoints" / f"step-{point or min(args.steps)}"]
     if point == 0:
         source += ["--init", "random"]
@@ -106,7 +167,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/bertmodel-transfer"))
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 3000],
-                    help="pre-training steps at which to fine-tune (comma-separated)")
+                    help="MLM pre-training steps at which to fine-tune (comma-separated)")
+    ap.add_argument("--objectives", type=lambda s: s.split(","), default=["mlm"],
+                    help="mlm, or mlm,rtd: ELECTRA's replaced-token detection beside it at equal training time")
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     ap.add_argument("--tasks", type=lambda s: s.split(","), default=["topic", "mrpc"])
     ap.add_argument("--preset", default="tiny")
@@ -115,52 +178,68 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=3)
     ap.add_argument("--plot", type=Path, help="write the curves to this PNG")
     args = ap.parse_args()
+    if args.objectives[0] != "mlm" or set(args.objectives) - set(RECIPES):
+        ap.error("--objectives: mlm first (the time budget is its), then rtd")
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    run, tokenizer, minutes = pretrain(args, work)
+    run, _, minutes = pretrain(args, work)
     per_step_minutes = minutes / max(args.steps) if minutes > 0.5 else None
+    mlm_step_s = step_seconds(run)
+    arms = {"mlm": (run, sorted(args.steps))}  # objective -> (run, points)
+    for objective in args.objectives[1:]:
+        rtd_run, rtd_steps, _ = pretrain(args, work, objective, budget_s=max(args.steps) * mlm_step_s)
+        arms[objective] = (rtd_run, rtd_steps)
     results_file = work / "results.jsonl"
     done = {}
     if results_file.is_file():
         for line in results_file.read_text().splitlines():
             r = json.loads(line)
-            done[(r["task"], r["point"], r["seed"])] = r["accuracy"]
-    points = [0, *sorted(args.steps)]
+            done[(r["task"], r.get("objective", "mlm"), r["point"], r["seed"])] = r["accuracy"]
+    rows = [("mlm", 0)] + [(objective, p) for objective, (_, points) in arms.items() for p in points]
     started = time.perf_counter()
     for task in args.tasks:
-        for point in points:
+        for objective, point in rows:
             for seed in args.seeds:
-                if (task, point, seed) not in done:
-                    accuracy = finetune(args, work, task, point, seed, run, tokenizer)
-                    done[(task, point, seed)] = accuracy
+                if (task, objective, point, seed) not in done:
+                    accuracy = finetune(args, work, task, point, seed, arms[objective][0], objective)
+                    done[(task, objective, point, seed)] = accuracy
                     with open(results_file, "a") as f:
-                        f.write(json.dumps({"task": task, "point": point, "seed": seed, "accuracy": accuracy}) + "\n")
-                    print(f"{task} {'random init' if point == 0 else f'step {point}'} seed {seed}: {accuracy:.3f} "
-                          f"({(time.perf_counter() - started) / 60:.1f} min)", flush=True)
-    print(f"\n{args.preset}, Wikipedia + WikiText, dynamic masking 0.3, MLM only, batch 32, lr 1e-3; fine-tuning "
+                        f.write(json.dumps({"task": task, "objective": objective, "point": point, "seed": seed,
+                                            "accuracy": accuracy}) + "\n")
+                    what = "random init" if point == 0 else f"{objective} step {point}"
+                    print(f"{task} {what} seed {seed}: {accuracy:.3f} ({(time.perf_counter() - started) / 60:.1f} min)",
+                          flush=True)
+    print(f"\n{args.preset}, Wikipedia + WikiText, batch 32, lr 1e-3; MLM: dynamic masking 0.3, MLM only; fine-tuning "
           f"lr {args.lr:g}, {args.epochs:g} epochs, batch 32; best dev accuracy, mean ± sd over seeds "
           f"{','.join(map(str, args.seeds))}" + (f"; pre-training {per_step_minutes * 1000:.1f} CPU min per 1,000 steps"
                                                  if per_step_minutes else ""))
-    header = f"{'pre-training':>14} | " + " | ".join(f"{t:^27}" for t in args.tasks)
+    shards = work / f"shards-{args.vocab_size}"
+    for objective, (arm_run, points) in arms.items():
+        step_s = step_seconds(arm_run)
+        print(f"{objective}: {step_s * 1000:.0f} ms/step ({32 / step_s:.0f} samples/s), "
+              f"{flops_per_step(arm_run, objective, shards) / 1e9:.1f} GFLOP/step")
+    header = f"{'pre-training':>22} | " + " | ".join(f"{t:^27}" for t in args.tasks)
     print(header + "\n" + "-" * len(header))
     table = {}
-    for point in points:
+    for objective, point in rows:
         cells = []
+        minutes_at = point * step_seconds(arms[objective][0]) / 60 if point else 0
         for task in args.tasks:
-            mean, sd = summary([done[(task, point, s)] for s in args.seeds])
-            table[(task, point)] = (mean, sd)
+            mean, sd = summary([done[(task, objective, point, s)] for s in args.seeds])
+            table[(task, objective, point)] = (mean, sd)
             if point == 0:
                 cells.append(f"{mean:.3f} ± {sd:.3f}".center(27))
             else:
-                base, base_sd = table[(task, 0)]
+                base, base_sd = table[(task, "mlm", 0)]
                 gap = mean - base
                 mark = "*" if gap > sd + base_sd else " "
                 cells.append(f"{mean:.3f} ± {sd:.3f} ({gap:+.3f}{mark})".center(27))
-        print(f"{'random init' if point == 0 else f'{point:,} steps':>14} | " + " | ".join(cells))
-    print("(gap to random init in brackets; * where it exceeds the sum of both sds)")
-    (work / "table.json").write_text(json.dumps({f"{t}@{p}": v for (t, p), v in table.items()}, indent=1))
+        label = "random init" if point == 0 else f"{objective} {point:,} ({minutes_at:.1f} min)"
+        print(f"{label:>22} | " + " | ".join(cells))
+    print("(gap to random init in brackets; * where it exceeds the sum of both sds; minutes of training time)")
+    (work / "table.json").write_text(json.dumps({f"{t}@{o}@{p}": v for (t, o, p), v in table.items()}, indent=1))
     if args.plot:
-        plot(args, table, points)
+        plot(args, {(t, p): v for (t, o, p), v in table.items() if o == "mlm"}, [0, *sorted(args.steps)])
 
 
 def plot(args, table, points) -> None:

@@ -35,6 +35,24 @@ from bertmodel.training.metrics import encoder_flops
 GENERATOR_DIR = "generator"  # RUN/generator: the generator's transformers directory
 
 
+def rtd_flops(config, generator, B: int, T: int, P: int, extent: dict | None = None) -> float:
+    """Training FLOPs of one (B, T) micro-batch with P prediction slots a row: the generator
+    (its last layer at the P slots, its head and decoder there; a ModernBERT generator's
+    projected table), the discriminator (every token, its head at every token); sampling
+    not counted. extent: an unpadded batch's tokens and attention pairs (metrics.py)."""
+    g, V, H = generator, config.vocab_size, config.hidden_size
+    E = getattr(g, "embedding_width", H)  # the shared tables' width
+    extent = extent or {}
+    tokens = extent.get("tokens", B * T)
+    flops = encoder_flops(g, B, T, P, **extent) + encoder_flops(config, B, T, None, **extent)
+    modern = isinstance(g, ModernBertConfig)
+    head_in = g.hidden_size if modern else E  # ModernBERT's head: dense H_g -> H_g; ELECTRA's: H_g -> E
+    flops += 6 * (g.hidden_size * head_in + head_in * V) * B * P  # generator head + decoder at the slots
+    if g.hidden_size != E:  # the shared table read at the generator's width (ModernBERT: also multiplied out)
+        flops += 6 * H * g.hidden_size * (tokens + (V if modern else 0))
+    return flops + 6 * (H * H + H) * tokens  # the discriminator's head at every token
+
+
 class RTDStats:
     """Sums over one logging interval's micro-batches, on the device (no syncs)."""
 
@@ -132,22 +150,8 @@ class RTDTask(PretrainingTask):
         return RTDStats(device)
 
     def flops(self, config, tensors: dict, extent: dict | None = None) -> float:
-        """The generator (its last layer at the P slots, its head and decoder there) and the
-        discriminator (every token, its head at every token); sampling is not counted."""
         B, T = tensors["input_ids"].shape
-        P = tensors["masked_lm_positions"].shape[1]
-        g, V = self.generator, config.vocab_size
-        E = getattr(g, "embedding_width", config.hidden_size)  # the shared tables' width
-        extent = extent or {}
-        tokens = extent.get("tokens", B * T)
-        flops = encoder_flops(g, B, T, P, **extent) + encoder_flops(config, B, T, None, **extent)
-        head_in = g.hidden_size if isinstance(g, ModernBertConfig) else E  # ModernBERT: dense H_g -> H_g
-        flops += 6 * (g.hidden_size * head_in + head_in * V) * B * P  # generator head + decoder at the slots
-        if g.hidden_size != E:  # the shared table projected to the generator's width
-            table = config.hidden_size
-            flops += 6 * table * g.hidden_size * (tokens + (V if isinstance(g, ModernBertConfig) else 0))
-        flops += 6 * (config.hidden_size ** 2 + config.hidden_size) * tokens  # discriminator head, every token
-        return flops
+        return rtd_flops(config, self.generator, B, T, tensors["masked_lm_positions"].shape[1], extent)
 
     @torch.no_grad()
     def evaluate(self, model, d: parallel.Dist, autocast, on_batch=None) -> dict:
