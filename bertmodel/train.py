@@ -58,6 +58,9 @@ class TrainConfig(LoopConfig):
     """rtd: the generator's depth as a fraction of the discriminator's; None: 1.0 (ELECTRA's)."""
     discriminator_weight: float | None = None
     """rtd: lambda, the weight of the discriminator's loss (loss = MLM + lambda x BCE); None: 50 (ELECTRA's)."""
+    embedding_sharing: str | None = None
+    """rtd: "tied" (ELECTRA: one token table for both) or "gdes" (DeBERTaV3: the discriminator reads
+    stop-gradient(E) + its own delta); None: tied."""
     mask_rate_schedule: str | None = None
     """Dynamic masking's rate per step, e.g. "0.3:0.15@80%" or "linear:0.3@0,0.15@100%" (grammar:
     data/schedules.py); the cap per row fits its highest rate."""
@@ -82,7 +85,9 @@ class TrainConfig(LoopConfig):
         if self.objective not in (None, "mlm+nsp", "mlm+sop", "mlm", "rtd"):
             raise BertmodelError(f"objective must be mlm+nsp, mlm+sop, mlm or rtd, got {self.objective!r}")
         rtd = {"generator_size": self.generator_size, "generator_layers": self.generator_layers,
-               "discriminator_weight": self.discriminator_weight}
+               "discriminator_weight": self.discriminator_weight, "embedding_sharing": self.embedding_sharing}
+        if self.embedding_sharing not in (None, "tied", "gdes"):
+            raise BertmodelError(f"embedding-sharing must be tied or gdes, got {self.embedding_sharing!r}")
         given = [name for name, value in rtd.items() if value is not None]
         if given and self.objective != "rtd":
             raise BertmodelError(f"--{given[0].replace('_', '-')} shapes ELECTRA's replaced-token detection: add "
@@ -147,7 +152,7 @@ class TrainConfig(LoopConfig):
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",
                 "mask_rate_schedule", "batch_size_warmup", "rope_theta", "generator_size", "generator_layers",
-                "discriminator_weight")
+                "discriminator_weight", "embedding_sharing")
 
     def model_config(self, tokenizer) -> BertConfig | ModernBertConfig:
         """The model a fresh run builds: the preset of the architecture, the size

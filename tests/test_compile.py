@@ -18,9 +18,10 @@ def losses(run) -> list[float]:
 
 
 @pytest.mark.slow  # inductor compiles C++ on CPU: about a minute on two cores
-@pytest.mark.parametrize("architecture, optimizer", [("bert", "adamw"), ("modernbert", "adamw"),
-                                                     ("modernbert", "stable-adamw")])
-def test_compiled_training_matches_eager(tmp_path, request, architecture, optimizer):
+@pytest.mark.parametrize("architecture, optimizer, objective", [
+    ("bert", "adamw", None), ("modernbert", "adamw", None), ("modernbert", "stable-adamw", None),
+    ("bert", "adamw", "rtd")])
+def test_compiled_training_matches_eager(tmp_path, request, architecture, optimizer, objective):
     import torch._dynamo
     import torch._inductor.config
 
@@ -38,16 +39,19 @@ def test_compiled_training_matches_eager(tmp_path, request, architecture, optimi
     base = dict(data=[str(shards)], preset="tiny", layers=1 if architecture == "bert" else 2, hidden=32, heads=2,
                 intermediate=64, architecture=architecture, batch_size=4,
                 max_steps=4, lr=1e-3, warmup_steps=1, log_every=1, save_every=100, progress=False, seed=2,
-                optimizer=optimizer)
+                optimizer=optimizer, objective=objective)
     train(TrainConfig(out=str(tmp_path / "eager"), **base), log=lambda *a: None)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     train(TrainConfig(out=str(tmp_path / "compiled"), compile=True, **base), log=lambda *a: None)
     eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert len(eager) == len(compiled) == 4
-    assert compiled == pytest.approx(eager, abs=1e-5)
+    # RTD (ELECTRA): the same Gumbel draws (the eager-RNG fallback) on a loss 50 x the BCE, ~35 at the start:
+    # fp32's rounding of it is ~35 x 2^-24, so the two are compared relative to the loss.
+    assert compiled == pytest.approx(eager, abs=1e-5, rel=1e-6 if objective == "rtd" else 0)
     # no `_orig_mod.` (compile) or `compiled.` (the dynamic-shape wrapper) prefixes
     state = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path / "compiled"))
-    assert all(k.startswith(("bert.", "cls.", "model.", "head.", "decoder.")) for k in state["model"])
+    assert all(k.startswith(("bert.", "cls.", "model.", "head.", "decoder.", "generator.", "discriminator."))
+               for k in state["model"])
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert frames <= 2, frames  # one graph for the lengths seen (plus at most one specialisation)

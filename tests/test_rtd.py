@@ -190,3 +190,53 @@ def test_bad_option_combinations_are_one_line_errors(shards, tmp_path, args, mes
     assert result.exit_code != 0
     assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(not RTE.is_dir() or not (SHARED_DATA / "ner" / "conll2003").is_dir(),
+                    reason="needs ../shared/data (glue/RTE, ner/conll2003)")
+def test_eval_suite_scores_an_rtd_run(shards, tmp_path):
+    """eval-suite fine-tunes the discriminator on a classification and a token task."""
+    run = tmp_path / "run"
+    pretrain(shards, run, "--max-steps", 6)
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+name = "rtd"
+seeds = [1]
+data_dir = "{SHARED_DATA}"
+[defaults]
+epochs = 1
+batch_size = 16
+max_seq_length = 64
+max_train_examples = 32
+max_eval_examples = 16
+device = "cpu"
+[[task]]
+name = "rte"
+command = "classify"
+train = "glue/RTE/train.tsv"
+validation = "glue/RTE/dev.tsv"
+[[task]]
+name = "conll"
+command = "tokens"
+train = "ner/conll2003/train.txt"
+validation = "ner/conll2003/valid.txt"
+""")
+    out = tmp_path / "suite"
+    invoke(main, "eval-suite", "--model", run, "--suite", suite, "--out", out, "--no-progress")
+    results = json.loads((out / "results.json").read_text())
+    assert [t["name"] for t in results["tasks"]] == ["rte", "conll"]
+    for task, hf_class in (("rte", "ElectraForSequenceClassification"), ("conll", "ElectraForTokenClassification")):
+        hf_dirs = list((out / task).glob("*/seed-1/hf"))
+        assert len(hf_dirs) == 1, hf_dirs
+        assert json.loads((hf_dirs[0] / "config.json").read_text())["architectures"] == [hf_class]
+
+
+def test_plot_draws_the_electra_figures(shards, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    from bertmodel.training.plot import eval_keys, read_metrics
+
+    run = tmp_path / "run"
+    pretrain(shards, run, "--max-steps", 6, "--eval-data", shards, "--eval-batches", 1, "--eval-every", 3)
+    keys = eval_keys(read_metrics(run))
+    assert {"eval_disc_acc", "eval_disc_recall", "eval_mlm_acc", "eval_replaced_share", "eval_disc_loss"} <= set(keys)
+    assert invoke(main, "plot", run).output == f"wrote {run / 'curves.png'} (1 run)\n"

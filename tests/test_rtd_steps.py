@@ -9,6 +9,8 @@ shared table through the generator's projection (`inputs_embeds`), the decoder t
 projected table. The generator's samples come from a torch.Generator seeded alike on both
 sides, so both discriminators read the same corruption; transformers' side samples,
 corrupts and labels with its own code here (ELECTRA's Gumbel-max, argmax(logits + G)).
+With DeBERTaV3's gradient-disentangled sharing (gdes) transformers' discriminator reads
+stop-gradient(the generator's table) + a delta (`Disentangled`), the rest as above.
 8 steps of AdamW over the decay groups, the loop's clip_and_step against clip_grad_norm_:
 the loss, its two parts, the gradient norm and the final weights equal in float64
 (tests/head_steps.py says why and how closely), dropout 0, in train mode."""
@@ -27,7 +29,7 @@ from bertmodel.data.shards import open_shard_dir
 from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.model.config import ElectraConfig, ModernBertConfig
 from bertmodel.model.heads import IGNORE_INDEX
-from bertmodel.model.rtd import ReplacedTokenDetection, generator_config
+from bertmodel.model.rtd import ReplacedTokenDetection, discriminator_state, generator_config
 from bertmodel.model.unpad import set_unpad
 from bertmodel.training.optim import Schedule, build_optimizer, clip_and_step, set_lr
 
@@ -53,12 +55,23 @@ def batches(shards: ShardDataset) -> list[dict]:
     return out
 
 
-def bert_pair(vocab: int, generator_size: float):
+class Disentangled(torch.nn.Module):
+    """DeBERTaV3's discriminator table for transformers' side: stop-gradient(E) + delta."""
+
+    def __init__(self, shared: torch.nn.Embedding):
+        super().__init__()
+        self.shared, self.delta = shared, torch.nn.Parameter(torch.zeros_like(shared.weight))
+
+    def forward(self, input_ids):
+        return F.embedding(input_ids, self.shared.weight.detach() + self.delta, self.shared.padding_idx)
+
+
+def bert_pair(vocab: int, generator_size: float, sharing: str = "tied"):
     config = ElectraConfig.preset("tiny", hidden_size=32, num_attention_heads=4, intermediate_size=64,
                                   vocab_size=vocab, max_position_embeddings=64, hidden_dropout_prob=0.0,
                                   attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
-    ours = ReplacedTokenDetection(config, generator_config(config, generator_size), LAMBDA)
+    ours = ReplacedTokenDetection(config, generator_config(config, generator_size), LAMBDA, sharing)
     hf = lambda c: transformers.ElectraConfig(**{k: v for k, v in c.to_hf_dict().items()  # noqa: E731
                                                  if k not in ("architectures", "dtype")})
     gen = transformers.ElectraForMaskedLM(hf(ours.generator_config))
@@ -66,8 +79,14 @@ def bert_pair(vocab: int, generator_size: float):
     for model, state in ((gen, ours.generator_state()), (disc, ours.discriminator_state())):
         missing, unexpected = model.load_state_dict(state, strict=False)
         assert not unexpected and set(missing) <= {"generator_lm_head.weight"}, (missing, unexpected)
-    gen.electra.embeddings = disc.electra.embeddings  # one module, as ELECTRA's "electra/embeddings" scope
-    gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
+    if sharing == "tied":
+        gen.electra.embeddings = disc.electra.embeddings  # one module, as ELECTRA's "electra/embeddings" scope
+        gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
+    else:  # the generator's word table; the discriminator's stop-gradient(it) + delta; the rest one module each
+        for name in ("position_embeddings", "token_type_embeddings", "LayerNorm"):
+            setattr(gen.electra.embeddings, name, getattr(disc.electra.embeddings, name))
+        disc.electra.embeddings.word_embeddings = Disentangled(gen.electra.embeddings.word_embeddings)
+        gen.generator_lm_head.weight = gen.electra.embeddings.word_embeddings.weight
 
     def forward(batch, noise):
         logits = gen(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
@@ -80,15 +99,18 @@ def bert_pair(vocab: int, generator_size: float):
     return ours, forward, (gen, disc), distinct(gen, disc)
 
 
-def modernbert_pair(vocab: int, generator_size: float):
+def modernbert_pair(vocab: int, generator_size: float, sharing: str = "tied"):
     config = ModernBertConfig.preset("tiny", hidden_size=32, num_attention_heads=2, intermediate_size=48,
                                      vocab_size=vocab, max_position_embeddings=64, local_attention=16)
     torch.manual_seed(0)
-    ours = ReplacedTokenDetection(config, generator_config(config, generator_size), LAMBDA)
+    ours = ReplacedTokenDetection(config, generator_config(config, generator_size), LAMBDA, sharing)
     hf = lambda c, **kw: transformers.ModernBertConfig(**{k: v for k, v in c.to_hf_dict().items()  # noqa: E731
                                                           if k not in ("architectures", "dtype")}, **kw)
     disc = transformers.ModernBertForTokenClassification(hf(config, num_labels=1))
     disc.load_state_dict(ours.discriminator_state(), strict=True)
+    shared = disc.model.embeddings.tok_embeddings  # the generator's table
+    if sharing == "gdes":
+        disc.model.embeddings.tok_embeddings = Disentangled(shared)
     gen = transformers.ModernBertForMaskedLM(hf(ours.generator_config))
     state = ours.generator.state_dict()
     narrower = generator_size < 1
@@ -101,7 +123,7 @@ def modernbert_pair(vocab: int, generator_size: float):
     state["decoder.bias"] = state.pop("decoder_bias")
     missing, unexpected = gen.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) == {"model.embeddings.tok_embeddings.weight", "decoder.weight"}
-    table = disc.model.embeddings.tok_embeddings.weight
+    table = shared.weight
 
     def forward(batch, noise):
         # The shared table, projected where the generator is narrower; the decoder tied to what it reads.
@@ -221,29 +243,39 @@ def assert_same_weights(ours: ReplacedTokenDetection, named: dict[str, torch.Ten
                                    msg=lambda m, name=name: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("generator_size,kernel", [(0.5, None), (1.0, None), (0.5, "repad")],
-                         ids=["narrow-generator", "same-width", "packed"])
-def test_bert_rtd_steps_equal_electra_classes(shards, generator_size, kernel):
-    ours, forward, (gen, disc), params = bert_pair(shards.tokenizer.vocab_size, generator_size)
+@pytest.mark.parametrize("generator_size,kernel,sharing", [(0.5, None, "tied"), (1.0, None, "tied"),
+                                                            (0.5, "repad", "tied"), (0.5, None, "gdes")],
+                         ids=["narrow-generator", "same-width", "packed", "gradient-disentangled"])
+def test_bert_rtd_steps_equal_electra_classes(shards, generator_size, kernel, sharing):
+    ours, forward, (gen, disc), params = bert_pair(shards.tokenizer.vocab_size, generator_size, sharing)
     assert ("embeddings_project" in dict(gen.electra.named_children())) == (generator_size < 1)
     run_steps(ours, forward, (gen, disc), params, batches(shards), kernel=kernel)
-    assert_same_weights(ours.discriminator_state(), disc.state_dict())
+    theirs_disc = discriminator_state({f"discriminator.{k}": v for k, v in disc.state_dict().items()})
+    assert_same_weights(ours.discriminator_state(), theirs_disc)
     theirs = {k: v for k, v in gen.state_dict().items() if k != "generator_lm_head.weight"}
     assert_same_weights(ours.generator_state(), theirs)
-    # The generator's table is the discriminator's, on both sides.
-    assert ours.generator.electra.embeddings is ours.discriminator.electra.embeddings
+    mine = ours.discriminator.electra.embeddings
+    if sharing == "tied":  # the generator's table is the discriminator's, on both sides
+        assert ours.generator.electra.embeddings is mine
+    else:  # the delta learnt, and only the MLM loss moved the shared table (the generator's is E itself)
+        assert float(mine.word_embeddings.delta.detach().abs().max()) > 1e-4
+        assert mine.word_embeddings.shared is ours.generator.electra.embeddings.word_embeddings
+        assert mine.position_embeddings is ours.generator.electra.embeddings.position_embeddings
 
 
-@pytest.mark.parametrize("generator_size", [0.5, 1.0], ids=["projected-table", "same-width"])
-def test_modernbert_rtd_steps_equal_transformers_modules(shards, generator_size):
-    ours, forward, (gen, disc, project), params = modernbert_pair(shards.tokenizer.vocab_size, generator_size)
+@pytest.mark.parametrize("generator_size,sharing", [(0.5, "tied"), (1.0, "tied"), (0.5, "gdes")],
+                         ids=["projected-table", "same-width", "gradient-disentangled"])
+def test_modernbert_rtd_steps_equal_transformers_modules(shards, generator_size, sharing):
+    ours, forward, (gen, disc, project), params = modernbert_pair(shards.tokenizer.vocab_size, generator_size,
+                                                                  sharing)
     run_steps(ours, forward, (gen, disc, project), params, batches(shards))
-    assert_same_weights(ours.discriminator_state(), disc.state_dict())
+    theirs_disc = discriminator_state({f"discriminator.{k}": v for k, v in disc.state_dict().items()})
+    assert_same_weights(ours.discriminator_state(), theirs_disc)
     mine = ours.generator.state_dict()
     assert_same_weights({"decoder.bias": mine["decoder_bias"]}, {"decoder.bias": gen.decoder.bias})
     if generator_size < 1:
         assert_same_weights({"project": mine["model.embeddings.tok_embeddings.project.weight"]}, {"project": project})
-    else:  # the generator reads the discriminator's own table
+    elif sharing == "tied":  # the generator reads the discriminator's own table
         assert ours.generator.model.embeddings.tok_embeddings is ours.discriminator.model.embeddings.tok_embeddings
     theirs = gen.state_dict()
     rest = [k for k in mine if not k.startswith(("model.embeddings.tok_embeddings", "decoder_bias"))]

@@ -93,6 +93,9 @@ def _opt(name: str, **kwargs):
       "fraction of the discriminator's [default: 1.0, as ELECTRA].")
 @_opt("--discriminator-weight", type=click.FloatRange(min=0, min_open=True), help="rtd: lambda in loss = generator "
       "MLM + lambda x discriminator BCE [default: 50, as ELECTRA].")
+@_opt("--embedding-sharing", type=click.Choice(["tied", "gdes"]), help="rtd: tied (ELECTRA: one token table for "
+      "both models) or gdes (DeBERTaV3's gradient-disentangled sharing: the discriminator reads stop-gradient(table) "
+      "+ a delta of its own, so only the MLM loss moves the table) [default: tied].")
 @_opt("--save-every", type=click.IntRange(min=1), help="Checkpoint (and refresh RUN/hf/) every N steps.")
 @_opt("--keep-last", type=click.IntRange(min=1), help="Checkpoints to keep.")
 @click.option("--eval-data", multiple=True, type=click.Path(exists=True, file_okay=False),

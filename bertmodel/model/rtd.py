@@ -29,6 +29,15 @@ generator needs to be useful: the discriminator learns from every token of the t
   ModernBertForMaskedLM with tok_embeddings = E P^T (the decoder tied to it): the same
   logits. There are no position tables to share (RoPE).
 
+`embedding_sharing` "gdes" is DeBERTaV3's gradient-disentangled embedding sharing (He et
+al. 2021, arXiv 2111.09543, section 3.2) in place of ELECTRA's plain tying: the generator
+owns the token table E; the discriminator reads E_D = sg(E) + E_delta (E_delta starts at
+0), so the MLM loss alone moves E and the discriminator's loss alone moves E_delta (the
+"tug-of-war" between the two objectives that tying sets up, which DeBERTaV3 measured as
+the cause of slower convergence). The other embedding parts (BERT's position and segment
+tables and the embedding LayerNorm) stay tied. The discriminator exports E + E_delta as
+its table.
+
 The generator's size (`generator_config`) scales the discriminator's hidden size,
 attention heads and feed-forward width by one fraction (ELECTRA-Base: 1/3, Large: 1/4,
 Table 6), its depth by another (ELECTRA keeps the depth: 1.0).
@@ -54,6 +63,7 @@ from bertmodel.model.modernbert_heads import ModernBertForTokenClassification, M
 
 DEFAULT_GENERATOR_SIZE = 1 / 3  # ELECTRA-Base's generator: hidden, heads and FFN width x 1/3
 DEFAULT_DISCRIMINATOR_WEIGHT = 50.0  # ELECTRA's lambda (disc_weight)
+EMBEDDING_SHARING = ("tied", "gdes")  # ELECTRA's, DeBERTaV3's gradient-disentangled
 REPLACED_LABELS = {"id2label": {"0": "replaced"}, "label2id": {"replaced": 0}}  # the ModernBERT discriminator's
 
 
@@ -127,12 +137,15 @@ def corrupt(input_ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tens
 
 def replaced_token_loss(logits: torch.Tensor, replaced: torch.Tensor,
                         attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """BCE with logits, mean over the real tokens (transformers' ElectraForPreTraining)."""
+    """BCE with logits, mean over the real tokens (transformers' ElectraForPreTraining).
+    A weighted sum rather than a boolean selection: the same mean with static shapes
+    (no graph break under torch.compile)."""
     logits = at_least_fp32(logits)
+    losses = F.binary_cross_entropy_with_logits(logits, replaced.to(logits.dtype), reduction="none")
     if attention_mask is None:
-        return F.binary_cross_entropy_with_logits(logits, replaced.to(logits.dtype))
-    real = attention_mask.bool()
-    return F.binary_cross_entropy_with_logits(logits[real], replaced[real].to(logits.dtype))
+        return losses.mean()
+    real = attention_mask.to(logits.dtype)
+    return (losses * real).sum() / real.sum()
 
 
 # -- the BERT architecture: transformers' Electra classes ----------------------------------
@@ -192,8 +205,15 @@ class ElectraForMaskedLM(ElectraWithHead):
     def tie_weights(self) -> None:
         self.generator_lm_head.weight = self.electra.embeddings.word_embeddings.weight
 
-    def share_embeddings(self, discriminator: ElectraForPreTraining) -> None:
-        self.electra.embeddings = discriminator.electra.embeddings
+    def share_embeddings(self, discriminator: ElectraForPreTraining, sharing: str = "tied") -> None:
+        theirs = discriminator.electra.embeddings
+        if sharing == "tied":  # one module, as ELECTRA's single "electra/embeddings" scope
+            self.electra.embeddings = theirs
+        else:  # the same tables and LayerNorm in a module of its own: the discriminator's word table is then disentangled
+            mine = self.electra.embeddings
+            for name in ("word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm"):
+                setattr(mine, name, getattr(theirs, name))
+            disentangle(theirs, "word_embeddings")
         self.tie_weights()
 
     def forward(self, input_ids, token_type_ids, attention_mask, positions) -> torch.Tensor:
@@ -220,6 +240,30 @@ class ProjectedEmbedding(nn.Module):
         return F.linear(self.table(input_ids), self.project.weight)
 
 
+class DisentangledEmbedding(nn.Module):
+    """DeBERTaV3's discriminator table: `shared` (the generator's E, read without its
+    gradient) + `delta` (E_delta, from 0); `weight` is what the discriminator reads."""
+
+    def __init__(self, shared: nn.Embedding):
+        super().__init__()
+        self.shared = shared
+        self.delta = nn.Parameter(torch.zeros_like(shared.weight))
+        self.padding_idx = shared.padding_idx
+        self.embedding_dim = shared.embedding_dim
+
+    @property
+    def weight(self) -> torch.Tensor:  # (V, E)
+        return self.shared.weight.detach() + self.delta
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight, self.padding_idx)
+
+
+def disentangle(embeddings: nn.Module, table: str) -> None:
+    """The discriminator's `embeddings.<table>` read as sg(E) + E_delta."""
+    setattr(embeddings, table, DisentangledEmbedding(getattr(embeddings, table)))
+
+
 class ModernBertGenerator(ModernBertWithHead):
     """ModernBertForMaskedLM on the discriminator's token table: logits (B, P, V) at the
     prediction slots, the decoder tied to the (projected) table, with its own bias
@@ -232,8 +276,10 @@ class ModernBertGenerator(ModernBertWithHead):
         self.decoder_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.decoder_bias else None
         self.init_weights()
 
-    def share_embeddings(self, discriminator: ModernBertForTokenClassification) -> None:
+    def share_embeddings(self, discriminator: ModernBertForTokenClassification, sharing: str = "tied") -> None:
         table = discriminator.model.embeddings.tok_embeddings
+        if sharing == "gdes":
+            disentangle(discriminator.model.embeddings, "tok_embeddings")
         c = self.config
         if table.embedding_dim == c.hidden_size:
             self.model.embeddings.tok_embeddings = table
@@ -266,8 +312,11 @@ class ReplacedTokenDetection(HeadModel):
     run is for (it is what fine-tuning reads); `hf_architecture` the discriminator's class."""
 
     def __init__(self, config: BertConfig | ModernBertConfig, generator: ElectraConfig | ModernBertConfig,
-                 discriminator_weight: float = DEFAULT_DISCRIMINATOR_WEIGHT):
+                 discriminator_weight: float = DEFAULT_DISCRIMINATOR_WEIGHT, embedding_sharing: str = "tied"):
         super().__init__()
+        if embedding_sharing not in EMBEDDING_SHARING:
+            raise BertmodelError(f"embedding sharing must be {' or '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}")
+        self.embedding_sharing = embedding_sharing
         config = discriminator_config(config)
         self.config, self.generator_config = config, generator
         self.discriminator_weight = float(discriminator_weight)
@@ -277,7 +326,7 @@ class ReplacedTokenDetection(HeadModel):
         else:
             self.discriminator = ElectraForPreTraining(config)
             self.generator = ElectraForMaskedLM(generator)
-        self.generator.share_embeddings(self.discriminator)
+        self.generator.share_embeddings(self.discriminator, embedding_sharing)
         self.hf_architecture = self.discriminator.hf_architecture
 
     def submodels(self) -> tuple[nn.Module, nn.Module]:
@@ -285,12 +334,14 @@ class ReplacedTokenDetection(HeadModel):
         return self.generator, self.discriminator
 
     def tie_weights(self) -> None:
-        self.generator.share_embeddings(self.discriminator)
+        self.generator.tie_weights()
 
     def num_params(self, embeddings: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # the shared tables once
         if not embeddings:
-            n -= sum(table.weight.numel() for table in self.discriminator.encoder.embedding_tables())
+            tables = {id(p): p for m in (self.generator, self.discriminator) for t in m.encoder.embedding_tables()
+                      for p in t.parameters()}
+            n -= sum(p.numel() for p in tables.values())
         return n
 
     def forward(self, input_ids, token_type_ids, attention_mask, masked_lm_positions, masked_lm_labels,
@@ -324,8 +375,13 @@ def split_state(state_dict: dict, prefix: str) -> dict[str, torch.Tensor]:
 
 def discriminator_state(state_dict: dict) -> dict[str, torch.Tensor]:
     """The discriminator's tensors of a ReplacedTokenDetection state dict, under its
-    transformers class's names (ElectraForPreTraining, ModernBertForTokenClassification)."""
-    return split_state(state_dict, "discriminator.")
+    transformers class's names (ElectraForPreTraining, ModernBertForTokenClassification):
+    a disentangled table (gdes) as the one it reads, E + E_delta."""
+    sd = split_state(state_dict, "discriminator.")
+    for key in [k for k in sd if k.endswith(".delta")]:
+        table = key.removesuffix(".delta")
+        sd[f"{table}.weight"] = sd.pop(f"{table}.shared.weight") + sd.pop(key)
+    return sd
 
 
 PROJECTED = "model.embeddings.tok_embeddings."  # a ModernBERT generator's table and projection live here

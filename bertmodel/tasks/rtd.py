@@ -107,6 +107,7 @@ class RTDTask(PretrainingTask):
         self.generator_layers = cfg.generator_layers or 1.0
         self.discriminator_weight = (DEFAULT_DISCRIMINATOR_WEIGHT if cfg.discriminator_weight is None
                                      else cfg.discriminator_weight)
+        self.embedding_sharing = cfg.embedding_sharing or "tied"
         wanted = self._wanted_config()
         self.architecture = "ModernBertForTokenClassification" if isinstance(wanted, ModernBertConfig) \
             else "ElectraForPreTraining"
@@ -121,11 +122,13 @@ class RTDTask(PretrainingTask):
     def _build(self, config, generator) -> ReplacedTokenDetection:
         self._check_positions(config)
         self.generator = generator
-        model = ReplacedTokenDetection(config, generator, self.discriminator_weight)
+        model = ReplacedTokenDetection(config, generator, self.discriminator_weight, self.embedding_sharing)
         g = generator
+        sharing = {"tied": "embeddings shared", "gdes": "token table shared gradient-disentangled (DeBERTaV3)"}
         self.log(f"replaced-token detection: generator {g.num_hidden_layers} layers, hidden {g.hidden_size}, "
                  f"{g.num_attention_heads} heads, intermediate {g.intermediate_size} (x{self.generator_size:.3g} of "
-                 f"the discriminator's width), embeddings shared; loss = MLM + {self.discriminator_weight:g} x BCE; "
+                 f"the discriminator's width), {sharing[self.embedding_sharing]}; "
+                 f"loss = MLM + {self.discriminator_weight:g} x BCE; "
                  f"exports RUN/hf ({self.architecture}: the discriminator"
                  f"{', whose encoder loads as ModernBertModel' if isinstance(config, ModernBertConfig) else ''}) "
                  f"and RUN/{GENERATOR_DIR} ({self.generator_class})")
@@ -187,7 +190,7 @@ class RTDTask(PretrainingTask):
         generator = self.generator.to_dict() if self.generator is not None else None
         return {"name": self.name, "architecture": self.architecture, "objective": "rtd", "masking": self.cfg.masking,
                 "generator_config": generator, "generator_architecture": self.generator_class,
-                "discriminator_weight": self.discriminator_weight,
+                "discriminator_weight": self.discriminator_weight, "embedding_sharing": self.embedding_sharing,
                 "hf_config": discriminator_head_config(self._wanted_config())}
 
     def export(self, source, run: Path, config) -> None:
