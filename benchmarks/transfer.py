@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import statistics
 import subprocess
 import sys
@@ -88,7 +89,8 @@ RECIPES = {  # objective -> its pre-training options beyond the shared ones
 }
 
 
-def run_pretraining(args, shards: Path, run: Path, objective: str, steps: list[int], log: Path) -> float:
+def run_pretraining(args, shards: Path, run: Path, objective: str, steps: list[int], log: Path,
+                    extra: list[str] = ()) -> float:
     """One run with a checkpoint at every point of `steps`; its minutes (whole command)."""
     steps = sorted(steps)
     every = math.gcd(*steps)  # a checkpoint at every point, none pruned (--keep-last)
@@ -98,7 +100,7 @@ def run_pretraining(args, shards: Path, run: Path, objective: str, steps: list[i
         cli("pretrain", "--data", shards, "--out", run, "--preset", args.preset, "--batch-size", 32,
             "--max-steps", steps[-1], "--lr", "1e-3", "--warmup-ratio", "0.05", "--save-every", every,
             "--keep-last", 1000, "--log-every", 100 if steps[-1] >= 200 else 10, "--seed", 1, *RECIPES[objective],
-            "--device", "cpu", "--no-progress", log=log)
+            "--device", "cpu", "--no-progress", *extra, log=log)  # click keeps an option's last value: extra wins
     return (time.perf_counter() - started) / 60
 
 
@@ -111,19 +113,31 @@ def step_seconds(run: Path) -> float:
     return 32 / statistics.median(rates)
 
 
+def variant(args) -> str:
+    """The RTD arm's name: rtd, or rtd[options] with --rtd-options."""
+    return f"rtd[{' '.join(args.rtd_options)}]" if args.rtd_options else "rtd"
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in name).strip("_")
+
+
 def pretrain(args, work: Path, objective: str = "mlm", budget_s: float | None = None) -> tuple[Path, list[int], float]:
     """The pre-training run of `objective` (checkpoints at every point) and its minutes.
-    MLM's points are --steps; RTD's fill `budget_s` of training time (1/4, 1/2, all)."""
+    MLM's points are --steps; RTD's fill `budget_s` of training time (--rtd-points of it)."""
     tokenizer, shards = corpus(args, work)
     if objective == "mlm":
-        run, steps = work / "pretrain", sorted(args.steps)
+        run, steps, extra = work / "pretrain", sorted(args.steps), []
+        log = work / "pretrain.log"
     else:
-        calibration = work / f"calibrate-{objective}"
-        run_pretraining(args, shards, calibration, objective, [60], work / f"calibrate-{objective}.log")
+        extra = args.rtd_options
+        name = slug(variant(args))
+        calibration = work / f"calibrate-{name}"
+        run_pretraining(args, shards, calibration, objective, [60], work / f"calibrate-{name}.log", extra)
         total = max(4, round(budget_s / step_seconds(calibration) / 4) * 4)
-        run, steps = work / f"pretrain-{objective}", [total // 4, total // 2, total]
-    minutes = run_pretraining(args, shards, run, objective, steps, work / f"pretrain-{objective}.log"
-                              if objective != "mlm" else work / "pretrain.log")
+        run, steps = work / f"pretrain-{name}", sorted({max(1, round(total * f)) for f in args.rtd_points})
+        log = work / f"pretrain-{name}.log"
+    minutes = run_pretraining(args, shards, run, objective, steps, log, extra)
     return run, steps, minutes
 
 
@@ -147,7 +161,8 @@ def flops_per_step(run: Path, objective: str, shards: Path) -> float:
 def finetune(args, work: Path, task: str, point: int, seed: int, run: Path, objective: str = "mlm") -> float:
     """Best dev accuracy of one fine-tune (point 0: random init of the same shape)."""
     train, dev, options = task_files(task, work)
-    name = f"{task}-{point}-seed{seed}" if objective == "mlm" or point == 0 else f"{task}-{objective}-{point}-seed{seed}"
+    name = (f"{task}-{point}-seed{seed}" if objective == "mlm" or point == 0
+            else f"{task}-{slug(objective)}-{point}-seed{seed}")
     out = work / "finetune" / name
     source = ["--model", run / "checkpoints" / f"step-{point or min(args.steps)}"]
     if point == 0:
@@ -170,6 +185,10 @@ def main() -> None:
                     help="MLM pre-training steps at which to fine-tune (comma-separated)")
     ap.add_argument("--objectives", type=lambda s: s.split(","), default=["mlm"],
                     help="mlm, or mlm,rtd: ELECTRA's replaced-token detection beside it at equal training time")
+    ap.add_argument("--rtd-options", type=shlex.split, default=[],
+                    help='more pretrain options for the RTD arm, e.g. "--lr 3e-3 --generator-size 0.25" (its own run)')
+    ap.add_argument("--rtd-points", type=lambda s: [float(x) for x in s.split(",")], default=[0.25, 0.5, 1.0],
+                    help="where the RTD run is fine-tuned, as fractions of MLM's training time")
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     ap.add_argument("--tasks", type=lambda s: s.split(","), default=["topic", "mrpc"])
     ap.add_argument("--preset", default="tiny")
@@ -188,7 +207,7 @@ def main() -> None:
     arms = {"mlm": (run, sorted(args.steps))}  # objective -> (run, points)
     for objective in args.objectives[1:]:
         rtd_run, rtd_steps, _ = pretrain(args, work, objective, budget_s=max(args.steps) * mlm_step_s)
-        arms[objective] = (rtd_run, rtd_steps)
+        arms[variant(args)] = (rtd_run, rtd_steps)
     results_file = work / "results.jsonl"
     done = {}
     if results_file.is_file():
@@ -216,9 +235,11 @@ def main() -> None:
     shards = work / f"shards-{args.vocab_size}"
     for objective, (arm_run, points) in arms.items():
         step_s = step_seconds(arm_run)
+        kind = objective.split("[")[0]
         print(f"{objective}: {step_s * 1000:.0f} ms/step ({32 / step_s:.0f} samples/s), "
-              f"{flops_per_step(arm_run, objective, shards) / 1e9:.1f} GFLOP/step")
-    header = f"{'pre-training':>22} | " + " | ".join(f"{t:^27}" for t in args.tasks)
+              f"{flops_per_step(arm_run, kind, shards) / 1e9:.1f} GFLOP/step")
+    width = max(22, *(len(o) + 16 for o in arms))
+    header = f"{'pre-training':>{width}} | " + " | ".join(f"{t:^27}" for t in args.tasks)
     print(header + "\n" + "-" * len(header))
     table = {}
     for objective, point in rows:
@@ -235,7 +256,7 @@ def main() -> None:
                 mark = "*" if gap > sd + base_sd else " "
                 cells.append(f"{mean:.3f} ± {sd:.3f} ({gap:+.3f}{mark})".center(27))
         label = "random init" if point == 0 else f"{objective} {point:,} ({minutes_at:.1f} min)"
-        print(f"{label:>22} | " + " | ".join(cells))
+        print(f"{label:>{width}} | " + " | ".join(cells))
     print("(gap to random init in brackets; * where it exceeds the sum of both sds; minutes of training time)")
     (work / "table.json").write_text(json.dumps({f"{t}@{o}@{p}": v for (t, o, p), v in table.items()}, indent=1))
     if args.plot:
