@@ -36,7 +36,7 @@ from bertmodel.training.checkpoint import (choose_from_run, is_disk_full, is_run
                                            load_checkpoint, unwrap_state_dict)
 from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
-from bertmodel.model.rtd import discriminator_state
+from bertmodel.model.rtd import discriminator_state, generator_state
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
@@ -116,6 +116,7 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
 
 
+RTD_GENERATOR_DIR = "generator"  # RUN/generator: an ELECTRA run's generator, beside RUN/hf (its discriminator)
 TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (transformers ignores it)
 # Every name an export may write at the top of its directory, whatever the task (an
 # exporter that writes more, e.g. sentence-transformers' modules.json and 1_Pooling/,
@@ -323,8 +324,13 @@ def _hf_head(config: dict, architecture: str) -> dict:
     return head
 
 
-def load_pretrained(path) -> Pretrained:
-    """Read a RUN dir, a checkpoint dir (ours) or a Hugging Face BertForPreTraining dir."""
+def load_pretrained(path, part: str = "discriminator") -> Pretrained:
+    """Read a RUN dir, a checkpoint dir (ours) or a Hugging Face BertForPreTraining dir.
+
+    `part`: of an ELECTRA (replaced-token detection) run, which of its two models: the
+    "discriminator" (the model the run is for, what fine-tuning reads) or the "generator"
+    (an MLM model: fill-mask's); from an export, RUN/hf is the one and RUN/generator the
+    other. Any other model is what it is, whatever `part` says."""
     path = Path(path)
     if not path.exists():
         raise BertmodelError(f"{path}: no such model directory")
@@ -332,7 +338,7 @@ def load_pretrained(path) -> Pretrained:
         ckpt = latest_checkpoint(path)
         if ckpt is None:
             if (path / "hf" / "config.json").is_file():
-                return load_pretrained(path / "hf")
+                return load_pretrained(path / "hf", part)
             raise BertmodelError(f"{path}: a run directory without a complete checkpoint")
         path = ckpt
     if (path / "state.pt").is_file():
@@ -340,6 +346,10 @@ def load_pretrained(path) -> Pretrained:
         tok_dir = path / "tokenizer"
         tok = tokenizer_info(tok_dir) if _has_tokenizer(tok_dir) else None
         task = state.get("task") or {}  # checkpoints written before tasks existed are pre-training ones
+        if task.get("objective") == "rtd" and part == "generator":
+            return Pretrained(config_from_dict(task["generator_config"]), complete_state_dict(generator_state(
+                state["model"])), tok, path, step=int(state["step"]), architecture=task["generator_architecture"],
+                head={**task, "architecture": task["generator_architecture"], "hf_config": {}, "part": "generator"})
         if task.get("objective") == "rtd":  # ELECTRA's pair: the discriminator is the model the run is for
             state["model"] = discriminator_state(state["model"])
         return Pretrained(config_from_dict(state["config"]), complete_state_dict(state["model"]),
@@ -363,6 +373,12 @@ def load_pretrained(path) -> Pretrained:
         head = {"hf_config": _hf_head(config, arch), **_hf_head(config, arch)}
         if (path / TASK_FILE).is_file():  # one of our exports: the task's own settings
             head.update(json.loads((path / TASK_FILE).read_text()))
+        if head.get("objective") == "rtd" and part == "generator" and head.get("part") != "generator":
+            # RUN/hf of an ELECTRA run is its discriminator; the generator was exported beside it
+            if not (path.parent / RTD_GENERATOR_DIR / "config.json").is_file():
+                raise BertmodelError(f"{path}: the discriminator of an ELECTRA run, which has no MLM head; its "
+                                     f"generator is {path.parent / RTD_GENERATOR_DIR}, which is missing")
+            return load_pretrained(path.parent / RTD_GENERATOR_DIR)
         return Pretrained(cfg, sd, tok, path, architecture=arch, head=head)
     raise BertmodelError(f"{path}: not a run, checkpoint or Hugging Face model directory")
 

@@ -66,7 +66,7 @@ def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu"
     for text in texts:
         if MASK_TEXT not in text:
             raise BertmodelError(f"the text has no {MASK_TEXT} to fill" + (f": {text!r}" if len(texts) > 1 else ""))
-    pre = load_pretrained(model_path)
+    pre = load_pretrained(model_path, part="generator")  # of an ELECTRA run, its MLM model
     if pre.tokenizer is None:
         raise BertmodelError(f"{pre.source}: no tokenizer files (vocab.txt) stored with the model")
     special = pre.tokenizer.special_ids
@@ -79,9 +79,16 @@ def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu"
         if len(ids) > pre.config.max_position_embeddings:
             raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
                                  f"{pre.config.max_position_embeddings} positions")
-    # The MLM head of the model's architecture (BERT's with the pair head, which reads
-    # any BERT's MLM weights; ModernBERT's MLM model).
-    model = head_class(pre.config, "mlm" if pre.config.architecture == "modernbert" else "pretraining")(pre.config)
+    # The MLM head of the model's type (BERT's with the pair head, which reads any BERT's
+    # MLM weights; ModernBERT's MLM model; ELECTRA's generator).
+    model = head_class(pre.config, "pretraining" if pre.config.model_type == "bert" else "mlm")(pre.config)
+    # Guesses from an untrained MLM head would look like answers (a ModernBERT
+    # discriminator's encoder and head.* load, its decoder bias would not).
+    heads = ("cls.predictions.", "decoder.", "head.", "generator_")
+    absent = sorted(k for k in model.state_dict() if k.startswith(heads) and k not in pre.state_dict)
+    if absent:
+        raise BertmodelError(f"{pre.source}: has no MLM head ({pre.architecture}; missing {', '.join(absent[:3])}); "
+                             "fill-mask needs a model pre-trained with masked LM")
     load_into(model, pre)
     model.to(device).eval()
     return [_guesses(model, tokenizer, ids, special["mask"], top_k, device) for ids in encoded]

@@ -85,7 +85,7 @@ def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, ar
         out = ours(**batch, sample_generator=torch.Generator().manual_seed(0))
         ids, mask = batch["input_ids"].long(), batch["attention_mask"]
         disc_logits = ours.discriminator(ids, batch["token_type_ids"], mask)
-        gen_logits = ours.generator(ids, batch["token_type_ids"], mask, batch["masked_lm_positions"].long())
+        gen_logits = ours.generator.slot_logits(ids, batch["token_type_ids"], mask, batch["masked_lm_positions"].long())
     assert out.mlm_logits.shape == gen_logits.shape
     slots = batch["masked_lm_positions"].long()
     if architecture == "bert":
@@ -106,6 +106,13 @@ def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, ar
     torch.testing.assert_close(at_slots, gen_logits, atol=1e-4, rtol=1e-4)
     tokenizer = transformers.AutoTokenizer.from_pretrained(run / "generator")
     assert tokenizer("the man went to the store")["input_ids"][0] == tokenizer.cls_token_id
+    # fill-mask reads the generator, from the run, its checkpoint's state or either export.
+    text = "the man went to the [MASK] and bought a gallon of milk ."
+    guesses = {str(where): invoke(main, "fill-mask", where, text, "--top-k", 3).output
+               for where in (run, run / "hf", run / "generator")}
+    assert len(set(guesses.values())) == 1, guesses
+    pipeline = transformers.pipeline("fill-mask", model=str(run / "generator"), top_k=1)
+    assert pipeline(text)[0]["token_str"].replace(" ", "") in guesses[str(run)].split("\n")[1]
     if architecture == "modernbert":  # the discriminator's encoder as ModernBertModel
         encoder, info = transformers.AutoModel.from_pretrained(run / "hf", output_loading_info=True)
         assert type(encoder).__name__ == "ModernBertModel" and not info["missing_keys"], info
@@ -176,6 +183,15 @@ def test_finetune_classify_takes_an_rtd_run(shards, tmp_path, architecture, hf_c
     disc = pre.state_dict
     key = next(k for k in disc if "encoder.layer.0" in k or "layers.1.attn.Wqkv" in k)
     assert key in tuned and not torch.equal(tuned[key], disc[key])  # trained on, from the discriminator's weights
+
+
+def test_fill_mask_refuses_a_discriminator_without_its_generator(shards, tmp_path):
+    run = tmp_path / "run"
+    pretrain(shards, run, "--max-steps", 2)
+    alone = tmp_path / "discriminator"
+    run.joinpath("hf").rename(alone)
+    result = invoke(main, "fill-mask", alone, "the [MASK] .", code=1)
+    assert result.output.startswith(f"Error: {alone}: the discriminator of an ELECTRA run, which has no MLM head")
 
 
 @pytest.mark.parametrize("args,message", [

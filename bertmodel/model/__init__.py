@@ -15,6 +15,7 @@ from bertmodel.model.heads import (IGNORE_INDEX, BertForMaskedLM, BertForMultipl
                                    MultipleChoiceOutput, PretrainingOutput, QuestionAnsweringOutput,
                                    TokenClassificationOutput)
 from bertmodel.model.modernbert import ModernBertModel
+from bertmodel.model.rtd import ElectraForMaskedLM
 from bertmodel.model.modernbert_heads import (ModernBertForMaskedLM, ModernBertForMultipleChoice,
                                               ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
                                               ModernBertForTokenClassification)
@@ -22,15 +23,17 @@ from bertmodel.model.modernbert_heads import (ModernBertForMaskedLM, ModernBertF
 # model type -> what a task asks for -> the head model. "pretraining" (MLM + a pair
 # head) exists for BERT only: ModernBERT is pre-trained with MLM alone and has no
 # segment embeddings for a pair head to read. "electra" (the BERT architecture) has the
-# fine-tuning heads of transformers' Electra classes.
+# fine-tuning heads of transformers' Electra classes, and "mlm" is an ELECTRA generator
+# (ElectraForMaskedLM: fill-mask's model of an ELECTRA run; model/rtd.py).
 HEADS: dict[str, dict[str, type]] = {
     "bert": {"pretraining": BertForPreTraining, "mlm": BertForMaskedLM, "classify": BertForSequenceClassification,
              "qa": BertForQuestionAnswering, "tokens": BertForTokenClassification, "choice": BertForMultipleChoice},
     "modernbert": {"mlm": ModernBertForMaskedLM, "classify": ModernBertForSequenceClassification,
                    "qa": ModernBertForQuestionAnswering, "tokens": ModernBertForTokenClassification,
                    "choice": ModernBertForMultipleChoice},
-    "electra": {"classify": ElectraForSequenceClassification, "qa": ElectraForQuestionAnswering,
-                "tokens": ElectraForTokenClassification, "choice": ElectraForMultipleChoice},
+    "electra": {"mlm": ElectraForMaskedLM, "classify": ElectraForSequenceClassification,
+                "qa": ElectraForQuestionAnswering, "tokens": ElectraForTokenClassification,
+                "choice": ElectraForMultipleChoice},
 }
 HEAD_MODELS = {cls.hf_architecture: cls for heads in HEADS.values() for cls in heads.values()}
 KIND_OF = {cls.hf_architecture: kind for heads in HEADS.values() for kind, cls in heads.items()}

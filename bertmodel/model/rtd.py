@@ -57,7 +57,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.model.config import BertConfig, ElectraConfig, ModernBertConfig
 from bertmodel.model.electra_heads import ElectraWithHead
 from bertmodel.model.encoder import init_weights
-from bertmodel.model.heads import HeadModel, _mlm_loss, at_least_fp32
+from bertmodel.model.heads import HeadModel, PretrainingOutput, _mlm_loss, at_least_fp32
 from bertmodel.model.linear import Linear
 from bertmodel.model.modernbert_heads import ModernBertForTokenClassification, ModernBertWithHead, _trunc_normal
 
@@ -216,9 +216,16 @@ class ElectraForMaskedLM(ElectraWithHead):
             disentangle(theirs, "word_embeddings")
         self.tie_weights()
 
-    def forward(self, input_ids, token_type_ids, attention_mask, positions) -> torch.Tensor:
+    def slot_logits(self, input_ids, token_type_ids, attention_mask, positions) -> torch.Tensor:
         hidden = self.electra(input_ids, token_type_ids, attention_mask, positions)  # (B, P, H_g)
         return self.generator_lm_head(self.generator_predictions(hidden))
+
+    def forward(self, input_ids, token_type_ids, attention_mask, masked_lm_positions, masked_lm_labels=None,
+                next_sentence_label=None) -> PretrainingOutput:
+        """As the MLM heads (model/heads.py): what fill-mask and the pre-training stats read."""
+        mlm_logits = self.slot_logits(input_ids, token_type_ids, attention_mask, masked_lm_positions.long())
+        mlm_loss = _mlm_loss(mlm_logits, masked_lm_labels) if masked_lm_labels is not None else None
+        return PretrainingOutput(mlm_loss, mlm_loss, None, mlm_logits, None)
 
 
 # -- the ModernBERT architecture ------------------------------------------------------------
@@ -288,7 +295,7 @@ class ModernBertGenerator(ModernBertWithHead):
             self.model.embeddings.tok_embeddings = ProjectedEmbedding(table, c.hidden_size, std,
                                                                       c.initializer_cutoff_factor)
 
-    def forward(self, input_ids, token_type_ids, attention_mask, positions) -> torch.Tensor:
+    def slot_logits(self, input_ids, token_type_ids, attention_mask, positions) -> torch.Tensor:
         hidden = self.head(self.model(input_ids, None, attention_mask, positions))  # (B, P, H_g)
         return F.linear(hidden, self.model.embeddings.tok_embeddings.weight, self.decoder_bias)
 
@@ -349,7 +356,7 @@ class ReplacedTokenDetection(HeadModel):
         """next_sentence_label: taken and ignored (the shards' pair label); sample_generator:
         where the Gumbel noise comes from (None: torch's default generator)."""
         positions = masked_lm_positions.long()
-        mlm_logits = self.generator(input_ids, token_type_ids, attention_mask, positions)
+        mlm_logits = self.generator.slot_logits(input_ids, token_type_ids, attention_mask, positions)
         mlm_loss = _mlm_loss(mlm_logits, masked_lm_labels)
         with torch.no_grad():  # the samples are data for the discriminator: no gradient flows through them
             sampled = gumbel_sample(mlm_logits, sample_generator)

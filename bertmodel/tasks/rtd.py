@@ -23,7 +23,7 @@ import torch
 
 from bertmodel.data import eval_batches
 from bertmodel.errors import BertmodelError
-from bertmodel.hf import check_export_dir, export_hf
+from bertmodel.hf import RTD_GENERATOR_DIR, check_export_dir, export_hf
 from bertmodel.model.config import ModernBertConfig, config_from_dict
 from bertmodel.model.rtd import (DEFAULT_DISCRIMINATOR_WEIGHT, DEFAULT_GENERATOR_SIZE, ReplacedTokenDetection,
                                  discriminator_config, discriminator_head_config, discriminator_state,
@@ -32,7 +32,7 @@ from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training import parallel
 from bertmodel.training.metrics import encoder_flops
 
-GENERATOR_DIR = "generator"  # RUN/generator: the generator's transformers directory
+GENERATOR_DIR = RTD_GENERATOR_DIR  # RUN/generator: the generator's transformers directory
 
 
 def rtd_flops(config, generator, B: int, T: int, P: int, extent: dict | None = None) -> float:
