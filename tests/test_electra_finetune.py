@@ -99,7 +99,11 @@ def build(kind: str, config: ElectraConfig) -> torch.nn.Module:
 @pytest.mark.parametrize("embedding_size", [16, None], ids=["projected", "unprojected"])
 def test_every_head_has_the_transformers_names_and_shapes(embedding_size):
     config = tiny(embedding_size=embedding_size)
-    assert {cls.hf_architecture for cls in HEADS["electra"].values()} == set(HF_CLASS.values())
+    # Beside the fine-tuning heads, "mlm": an ELECTRA generator (fill-mask's model of an RTD run).
+    assert {cls.hf_architecture for cls in HEADS["electra"].values()} == {*HF_CLASS.values(), "ElectraForMaskedLM"}
+    generator, theirs = HEADS["electra"]["mlm"](config), transformers.ElectraForMaskedLM(hf_config(config))
+    assert ({k: tuple(v.shape) for k, v in generator.state_dict().items()}
+            == {k: tuple(v.shape) for k, v in theirs.state_dict().items()})
     for kind, name in HF_CLASS.items():
         ours = build(kind, config)
         assert head_class(config, kind) is type(ours) and ours.hf_architecture == name
