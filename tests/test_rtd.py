@@ -194,6 +194,19 @@ def test_fill_mask_refuses_a_discriminator_without_its_generator(shards, tmp_pat
     assert result.output.startswith(f"Error: {alone}: the discriminator of an ELECTRA run, which has no MLM head")
 
 
+def test_fill_mask_refuses_a_model_without_an_mlm_head(tmp_path):
+    """A bare encoder has no MLM head: guesses from a fresh one would look like answers."""
+    import shutil
+
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64)
+    transformers.BertModel(config).save_pretrained(tmp_path / "bare")
+    shutil.copyfile(UNCASED, tmp_path / "bare" / "vocab.txt")
+    result = invoke(main, "fill-mask", tmp_path / "bare", "the [MASK] .", code=1)
+    assert result.output.startswith(f"Error: {tmp_path / 'bare'}: has no MLM head (BertModel; missing cls.predictions")
+    assert len(result.output.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args,message", [
     (["--objective", "mlm", "--generator-size", "0.25"], "--generator-size shapes ELECTRA's replaced-token "
                                                          "detection: add --objective rtd"),
