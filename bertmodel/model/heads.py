@@ -62,10 +62,14 @@ class MultipleChoiceOutput(NamedTuple):
 
 
 class PredictionHeadTransform(nn.Module):
-    def __init__(self, config: BertConfig):
+    """dense -> GELU -> LayerNorm, H -> H; or H -> `width` (an ELECTRA generator's
+    generator_predictions, back to its embedding tables' width for the tied decoder)."""
+
+    def __init__(self, config: BertConfig, width: int | None = None):
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        width = width or config.hidden_size
+        self.dense = Linear(config.hidden_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(F.gelu(self.dense(x)))

@@ -57,7 +57,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.model.config import BertConfig, ElectraConfig, ModernBertConfig
 from bertmodel.model.electra_heads import ElectraWithHead
 from bertmodel.model.encoder import init_weights
-from bertmodel.model.heads import HeadModel, PretrainingOutput, _mlm_loss, at_least_fp32
+from bertmodel.model.heads import HeadModel, PredictionHeadTransform, PretrainingOutput, _mlm_loss, at_least_fp32
 from bertmodel.model.linear import Linear
 from bertmodel.model.modernbert_heads import ModernBertForTokenClassification, ModernBertWithHead, _trunc_normal
 
@@ -161,18 +161,6 @@ class ElectraDiscriminatorPredictions(nn.Module):
         return self.dense_prediction(F.gelu(self.dense(x))).squeeze(-1)  # BertConfig allows only exact gelu
 
 
-class ElectraGeneratorPredictions(nn.Module):
-    """dense (H_g -> E) -> GELU -> LayerNorm(E): back to the tables' width for the tied decoder."""
-
-    def __init__(self, config: ElectraConfig):
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.embedding_width)
-        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(F.gelu(self.dense(x)))
-
-
 class ElectraForPreTraining(ElectraWithHead):
     """The discriminator: a "replaced" logit per token (B, T)."""
 
@@ -195,7 +183,8 @@ class ElectraForMaskedLM(ElectraWithHead):
 
     def __init__(self, config: ElectraConfig):
         super().__init__(config)
-        self.generator_predictions = ElectraGeneratorPredictions(config)
+        # dense (H_g -> E) -> GELU -> LayerNorm(E): transformers' ElectraGeneratorPredictions
+        self.generator_predictions = PredictionHeadTransform(config, config.embedding_width)
         self.generator_lm_head = Linear(config.embedding_width, config.vocab_size)
         self.tie_weights()
         words = self.electra.embeddings.word_embeddings

@@ -236,13 +236,29 @@ class PretrainingTask:
     @torch.no_grad()
     def evaluate(self, model, d: parallel.Dist, autocast, on_batch=None) -> dict:
         """MLM and pair-head accuracy (and losses) on the first eval_batches batches of
-        the held-out shards, dropout off, on the plain module (no DDP hooks, no compiled
-        shapes to add). Held-out rows of another pairing than the objective's give MLM
-        figures only, and eval_loss is then the MLM loss. on_batch(done, total): called
-        with 0 first and after each batch, as many times on every rank (it may raise)."""
+        the held-out shards (each_held_out_batch). Held-out rows of another pairing than
+        the objective's give MLM figures only, and eval_loss is then the MLM loss."""
+        stats = PretrainingStats(d.device, self.eval_pair)
+
+        def score(batch: dict) -> None:
+            labels = batch.pop("next_sentence_label")
+            with autocast:  # without pair labels the model's loss is the MLM loss alone
+                out = model(**batch, **({"next_sentence_label": labels} if self.eval_pair else {}))
+            if self.eval_pair is None:
+                out = out._replace(nsp_logits=None)  # nothing of the pair head is counted
+            stats.add(out, {**batch, "next_sentence_label": labels})
+
+        self.each_held_out_batch(model, d, score, on_batch)
+        summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
+        return {f"eval_{k}": v for k, v in summary.items()}
+
+    def each_held_out_batch(self, model, d: parallel.Dist, score, on_batch=None) -> None:
+        """score(batch) for each of the first eval_batches batches of the held-out shards
+        (on the device), the model in eval mode (dropout off) and given back as it was: the
+        plain module (no DDP hooks, no compiled shapes to add). on_batch(done, total):
+        called with 0 first and after each batch, as many times on every rank (it may raise)."""
         was_training = model.training
         model.eval()
-        stats = PretrainingStats(d.device, self.eval_pair)
         # What eval_batches yields per rank (a rank whose share of a tiny set is empty gets one fewer).
         total = min(self.cfg.eval_batches, max(1, len(self.eval_data) // (self.cfg.batch_size * d.world)))
         done = 0
@@ -251,13 +267,7 @@ class PretrainingTask:
                 on_batch(0, total)
             for arrays in eval_batches(self.eval_data, self.cfg.batch_size, d.rank, d.world, self.cfg.eval_batches,
                                        model.config.max_position_embeddings):
-                batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
-                labels = batch.pop("next_sentence_label")
-                with autocast:  # without pair labels the model's loss is the MLM loss alone
-                    out = model(**batch, **({"next_sentence_label": labels} if self.eval_pair else {}))
-                if self.eval_pair is None:
-                    out = out._replace(nsp_logits=None)  # nothing of the pair head is counted
-                stats.add(out, {**batch, "next_sentence_label": labels})
+                score({k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()})
                 done += 1
                 if on_batch is not None:
                     on_batch(done, total)
@@ -265,8 +275,6 @@ class PretrainingTask:
                 on_batch(total, total)  # the same number of calls (collectives) on every rank
         finally:
             model.train(was_training)
-        summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
-        return {f"eval_{k}": v for k, v in summary.items()}
 
     def inputs(self) -> dict:
         """The shard directories this run reads, each by its manifest's sha256 (the manifest

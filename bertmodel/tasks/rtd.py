@@ -21,7 +21,6 @@ from pathlib import Path
 
 import torch
 
-from bertmodel.data import eval_batches
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import RTD_GENERATOR_DIR, check_export_dir, export_hf
 from bertmodel.model.config import ModernBertConfig, config_from_dict
@@ -159,30 +158,17 @@ class RTDTask(PretrainingTask):
     @torch.no_grad()
     def evaluate(self, model, d: parallel.Dist, autocast, on_batch=None) -> dict:
         """The figures of training on the first eval_batches batches of the held-out shards
-        (their static masks), dropout off; the generator samples from its own seeded
-        stream, the same at every evaluation and apart from training's."""
-        was_training = model.training
-        model.eval()
+        (their static masks; each_held_out_batch), dropout off; the generator samples from
+        a seeded stream of its own, the same at every evaluation and apart from training's."""
         stats = RTDStats(d.device)
-        total = min(self.cfg.eval_batches, max(1, len(self.eval_data) // (self.cfg.batch_size * d.world)))
         noise = torch.Generator(device=d.device).manual_seed(self.cfg.seed * 1000 + d.rank)
-        done = 0
-        try:
-            if on_batch is not None:
-                on_batch(0, total)
-            for arrays in eval_batches(self.eval_data, self.cfg.batch_size, d.rank, d.world, self.cfg.eval_batches,
-                                       model.config.max_position_embeddings):
-                batch = {k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()}
-                with autocast:
-                    out = model(**batch, sample_generator=noise)
-                stats.add(out, batch)
-                done += 1
-                if on_batch is not None:
-                    on_batch(done, total)
-            if on_batch is not None and done < total:
-                on_batch(total, total)
-        finally:
-            model.train(was_training)
+
+        def score(batch: dict) -> None:
+            with autocast:
+                out = model(**batch, sample_generator=noise)
+            stats.add(out, batch)
+
+        self.each_held_out_batch(model, d, score, on_batch)
         summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
         return {f"eval_{k}": v for k, v in summary.items()}
 
