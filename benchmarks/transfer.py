@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument("--objectives", type=lambda s: s.split(","), default=["mlm"],
                     help="mlm, or mlm,rtd: ELECTRA's replaced-token detection beside it at equal training time")
     ap.add_argument("--rtd-options", type=shlex.split, default=[],
-                    help='more pretrain options for the RTD arm, e.g. "--lr 3e-3 --generator-size 0.25" (its own run)')
+                    help='more pretrain options for the RTD arm, its own run; with "=": --rtd-options="--lr 3e-3"')
     ap.add_argument("--rtd-points", type=lambda s: [float(x) for x in s.split(",")], default=[0.25, 0.5, 1.0],
                     help="where the RTD run is fine-tuned, as fractions of MLM's training time")
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])

@@ -51,6 +51,9 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
         raise BertmodelError(f"{model}: an embed run (a bi-encoder): `bertmodel embed {model} --file F --out "
                              f"X.parquet` embeds texts, `bertmodel search` searches, `bertmodel evaluate {model} "
                              "--data BEIR_DIR` scores it")
+    if pre.head.get("name") == "pretraining":  # an ELECTRA discriminator has a token classifier's shape, and is none
+        raise BertmodelError(f"{model}: a pre-training run ({pre.architecture}), not a fine-tuned model; fine-tune it "
+                             f"first (bertmodel finetune classify|qa|tokens|choice --model {model} ...)")
     if task_name is None:
         raise BertmodelError(f"{model}: a {pre.architecture} model is not a fine-tuned classifier or QA model")
     saved = dict(pre.head.get("options") or {})

@@ -194,6 +194,21 @@ def test_fill_mask_refuses_a_discriminator_without_its_generator(shards, tmp_pat
     assert result.output.startswith(f"Error: {alone}: the discriminator of an ELECTRA run, which has no MLM head")
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "ner" / "conll2003").is_dir(), reason="needs ../shared/data/ner/conll2003")
+def test_evaluate_and_predict_refuse_a_modernbert_discriminator(shards, tmp_path):
+    """Its export has ModernBertForTokenClassification's shape (one label, replaced), but it
+    is a pre-training run: one line says to fine-tune it, instead of tagging words."""
+    run = tmp_path / "run"
+    pretrain(shards, run, "--architecture", "modernbert", "--max-steps", 2)
+    conll = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
+    for args in (["evaluate", run, "--data", conll], ["predict", run, "--file", conll, "--out", tmp_path / "p.jsonl"]):
+        result = invoke(main, *args, code=1)
+        assert result.output == (f"Error: {run}: a pre-training run (ModernBertForTokenClassification), not a "
+                                 f"fine-tuned model; fine-tune it first (bertmodel finetune classify|qa|tokens|"
+                                 f"choice --model {run} ...)\n"), result.output
+    assert not (tmp_path / "p.jsonl").exists()
+
+
 def test_fill_mask_refuses_a_model_without_an_mlm_head(tmp_path):
     """A bare encoder has no MLM head: guesses from a fresh one would look like answers."""
     import shutil
