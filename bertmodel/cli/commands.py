@@ -125,7 +125,8 @@ def pretrain(**options):
 
     Runs on one device, or on many with torchrun (DDP). Writes RUN/checkpoints/step-N/,
     RUN/hf/ (a transformers BertForPreTraining, BertForMaskedLM or ModernBertForMaskedLM
-    dir) and RUN/metrics.jsonl.
+    dir; with --objective rtd ELECTRA's discriminator, and its generator in
+    RUN/generator/) and RUN/metrics.jsonl.
 
     \b
     Example:
@@ -133,6 +134,7 @@ def pretrain(**options):
       bertmodel pretrain --architecture modernbert --data shards/ --out run/ --masking dynamic --mask-rate 0.3 \
           --schedule wsd --max-steps 100000
       torchrun --nproc-per-node 8 -m bertmodel.cli pretrain --data shards/ --out run/ --optimizer lamb
+      bertmodel pretrain --data shards/ --out electra/ --objective rtd --masking dynamic --mask-rate 0.15
     """
     from bertmodel.train import train
 
