@@ -15,7 +15,10 @@ CUDA device.
    layers the banded repad one (model/unpad.py). No target is set for these rows:
    samples/s, tokens/s and MFU are for the record (`--no-modernbert`: skip);
 2. the real loop: `bertmodel pretrain` on synthetic shards (loader thread, per-step
-   non-finite check, metrics.jsonl), samples/s and MFU read back from its metrics;
+   non-finite check, metrics.jsonl), samples/s and MFU read back from its metrics; then
+   the same loop with `--objective rtd` (ELECTRA: a generator 1/3 the width and the
+   discriminator, the trainer's FLOP count of both), its step time against MLM's: no
+   target set (`--no-rtd`: skip);
 3. data loading: collate samples/s on this machine's CPU, against what the GPU consumes.
 Prints samples/s, real (non-pad) tokens/s and MFU (FLOPs as in bertmodel/training/metrics.py,
 counting what each mode computes: an unpadded step only its real tokens; ModernBERT's
@@ -24,7 +27,7 @@ H100/H200 989 TFLOP/s dense bf16). Targets on an H200 (BERT-base): >= 5,000 samp
 and >= 40% MFU.
 
   python benchmarks/gpu_check.py [--batch-size 256] [--steps 30] [--no-compile] [--no-unpad] [--loop-steps 60]
-         [--modernbert-batch-size 32] [--no-modernbert]
+         [--modernbert-batch-size 32] [--no-modernbert] [--no-rtd]
 
 Without CUDA it prints why and exits with status 2 (nothing to check).
 
@@ -213,16 +216,18 @@ def bench_step(args, ds: ShardDataset, arch: Arch) -> list[tuple[str, dict]]:
     return results
 
 
-def bench_loop(args, shards: Path, tmp: Path) -> dict | None:
-    """The real `pretrain` loop for --loop-steps steps; throughput from its metrics.jsonl."""
+def bench_loop(args, shards: Path, tmp: Path, objective: str | None = None) -> dict | None:
+    """The real `pretrain` loop for --loop-steps steps; throughput from its metrics.jsonl.
+    objective: "rtd" for ELECTRA's (None: what the shards hold, MLM + NSP)."""
     from bertmodel.train import TrainConfig, train
 
-    cfg = TrainConfig(data=[str(shards)], out=str(tmp / "run"), preset=args.preset, batch_size=args.batch_size,
+    run = tmp / f"run-{objective or 'mlm'}"
+    cfg = TrainConfig(data=[str(shards)], out=str(run), preset=args.preset, batch_size=args.batch_size,
                       max_steps=args.loop_steps, lr=1e-4, warmup_steps=min(10, args.loop_steps),
                       log_every=max(1, args.loop_steps // 3), save_every=10**9, compile=args.compile, progress=False,
-                      verify="size", device=args.device, precision="bf16")
+                      verify="size", device=args.device, precision="bf16", objective=objective)
     train(cfg, log=lambda *a: None)
-    records = [json.loads(x) for x in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if "samples_per_s" in r][-1]  # the last interval: compile and warm-up excluded
     return {"samples_s": last["samples_per_s"], "mfu": last.get("mfu"), "ms_step": float("nan")}
 
@@ -238,6 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modernbert-batch-size", type=int, default=32,
                     help=f"ModernBERT rows of {MODERNBERT_SEQ} tokens a step (32: BERT's 256 x 128 token slots)")
     ap.add_argument("--no-modernbert", dest="modernbert", action="store_false", help="BERT-base only")
+    ap.add_argument("--no-rtd", dest="rtd", action="store_false", help="skip the ELECTRA (--objective rtd) loop")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run every code path on the CPU with the tiny preset (checks the script, measures nothing)")
     args = ap.parse_args(argv)
@@ -266,6 +272,7 @@ def main(argv=None) -> int:
             modern_results = bench_step(args, modern_ds, modern)
         if args.loop_steps:
             results.append(("pretrain loop" + (" (compiled)" if args.compile else ""), bench_loop(args, shards, tmp)))
+        rtd = bench_loop(args, shards, tmp, "rtd") if args.loop_steps and args.rtd else None
         order = SampleOrder(len(ds), seed=0)
         t0, n = time.perf_counter(), 0
         while time.perf_counter() - t0 < 2:
@@ -277,6 +284,9 @@ def main(argv=None) -> int:
     for name, r in results:
         report(name, r)
     report_ratios(results)
+    if rtd is not None:
+        report("pretrain loop, ELECTRA rtd" + (" (compiled)" if args.compile else ""), rtd, targets=False)
+        print(f"rtd/mlm+nsp loop step time: {results[-1][1]['samples_s'] / rtd['samples_s']:.2f}x")
     if args.modernbert:
         print(f"\nModernBERT-{args.preset} bf16, batch {modern.batch_size} x {MODERNBERT_SEQ}, MLM alone: "
               "no target set")

@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.py is the one command a session with a GPU runs (and has minutes
 of device time for): its every mode must work before it gets there. `--cpu-smoke` runs
 the same code on the CPU with the tiny preset: padded and unpadded (the jagged kernel a
-GPU takes), the real pretrain loop, the table and the ratios; then ModernBERT's rows at
+GPU takes), the real pretrain loop (also with ELECTRA's --objective rtd), the table and
+the ratios; then ModernBERT's rows at
 1,024 tokens, padded and unpadded."""
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_the_gpu_check_runs_every_mode_and_prints_its_ratios(capsys):
     table = {line.split("  ")[0].strip() for line in out.splitlines() if "samples/s" in line and "target" in line
              and not line.startswith("tiny")}
     modern = {"ModernBERT 1024, eager, padded", "ModernBERT 1024, eager, unpadded"}
-    assert table == {"eager, padded", "eager, unpadded", "pretrain loop"} | modern, out
+    assert table == {"eager, padded", "eager, unpadded", "pretrain loop", "pretrain loop, ELECTRA rtd"} | modern, out
+    assert re.search(r"^rtd/mlm\+nsp loop step time: \d+\.\d\dx$", out, re.M), out
     assert re.search(r"^unpadded/padded step time, eager: \d+\.\d\dx$", out, re.M), out
     assert re.search(r"tokens/s", out)
     check_modernbert_rows(out)
