@@ -465,7 +465,9 @@ def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, whic
     tok = tokenizer_info(Path(tokenizer)) if tokenizer else pre.tokenizer
     if tok is None:
         raise BertmodelError(f"{source}: no tokenizer files stored with it; pass --tokenizer")
-    export_hf({"model": pre.state_dict, "config": pre.config.to_dict(),
-               "task": {"architecture": pre.architecture, "hf_config": pre.head.get("hf_config")}},
+    task = {"architecture": pre.architecture, "hf_config": pre.head.get("hf_config")}
+    if pre.head.get("objective") == "rtd":  # an ELECTRA model says so: evaluate/predict refuse it, fill-mask finds its part
+        task.update({k: pre.head[k] for k in ("name", "objective", "part") if k in pre.head})
+    export_hf({"model": pre.state_dict, "config": pre.config.to_dict(), "task": task},
               out_dir, tokenizer=tok, overwrite=overwrite)
     return pre, note

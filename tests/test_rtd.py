@@ -72,6 +72,7 @@ def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, ar
     run = tmp_path / "run"
     result = pretrain(shards, run, "--architecture", architecture, "--eval-data", shards, "--eval-batches", 2)
     assert "RUN/generator" in result.output and "replaced-token detection" in result.output
+    assert "unpadded" not in result.output  # --unpad auto: pre-training stays padded on the CPU, whatever the heads
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train, evals = [r for r in records if "loss" in r], [r for r in records if "eval_loss" in r]
     for key in ("mlm_loss", "disc_loss", "mlm_acc", "disc_acc", "disc_precision", "disc_recall", "replaced_share"):
@@ -158,6 +159,13 @@ def test_the_discriminator_loss_reads_real_tokens_only(shards):
         a = model(**batch, sample_generator=torch.Generator().manual_seed(3))
         b = model(**other, sample_generator=torch.Generator().manual_seed(3))
     assert not bool(a.replaced[pad].any())
+    # Replaced only where a real prediction slot points (a padded slot's position, often
+    # [CLS], is never written), and not everywhere there.
+    slots = torch.zeros_like(a.replaced)
+    real_slots = batch["masked_lm_labels"] != -100
+    rows = torch.arange(len(slots))[:, None].expand_as(real_slots)
+    slots[rows[real_slots], batch["masked_lm_positions"].long()[real_slots]] = True
+    assert not bool((a.replaced & ~slots).any()) and 0 < int(a.replaced.sum()) <= int(slots.sum())
     assert a.disc_loss.item() == pytest.approx(b.disc_loss.item(), rel=1e-6)
     real = ~pad
     expected = torch.nn.functional.binary_cross_entropy_with_logits(a.disc_logits[real], a.replaced[real].float())
@@ -194,6 +202,27 @@ def test_fill_mask_refuses_a_discriminator_without_its_generator(shards, tmp_pat
     assert result.output.startswith(f"Error: {alone}: the discriminator of an ELECTRA run, which has no MLM head")
 
 
+def test_a_resume_with_other_model_options_is_a_one_line_error(shards, tmp_path):
+    """The tables' layout, the generator's shape and the objective are the run's model:
+    checked before any weight is loaded."""
+    run = tmp_path / "run"
+    pretrain(shards, run, "--embedding-sharing", "gdes", "--stop-at", 2)
+    cases = [([], f"Error: {run}: an ELECTRA run with --embedding-sharing gdes, not tied; resume it with "
+                  "--embedding-sharing gdes"),
+             (["--embedding-sharing", "gdes", "--generator-size", "0.5"],
+              f"Error: {run}: its generator has 2 layers, hidden 43, not 2 layers, hidden 64; resume with the run's "
+              "--generator-size and --generator-layers")]
+    for args, message in cases:
+        result = pretrain(shards, run, *args, code=1)
+        assert result.output == message + "\n", result.output
+    other = invoke(main, "pretrain", "--data", shards, "--out", run, "--preset", "tiny", "--batch-size", 8,
+                   "--max-steps", 12, "--no-progress", code=1)
+    assert other.output == f"Error: {run}: an ELECTRA run (generator and discriminator); resume it with " \
+                           "--objective rtd\n", other.output
+    pretrain(shards, run, "--embedding-sharing", "gdes")  # the run's own options resume it
+    assert ckpt.load_checkpoint(ckpt.latest_checkpoint(run))["step"] == 12
+
+
 @pytest.mark.skipif(not (SHARED_DATA / "ner" / "conll2003").is_dir(), reason="needs ../shared/data/ner/conll2003")
 def test_evaluate_and_predict_refuse_a_modernbert_discriminator(shards, tmp_path):
     """Its export has ModernBertForTokenClassification's shape (one label, replaced), but it
@@ -201,11 +230,15 @@ def test_evaluate_and_predict_refuse_a_modernbert_discriminator(shards, tmp_path
     run = tmp_path / "run"
     pretrain(shards, run, "--architecture", "modernbert", "--max-steps", 2)
     conll = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
-    for args in (["evaluate", run, "--data", conll], ["predict", run, "--file", conll, "--out", tmp_path / "p.jsonl"]):
-        result = invoke(main, *args, code=1)
-        assert result.output == (f"Error: {run}: a pre-training run (ModernBertForTokenClassification), not a "
-                                 f"fine-tuned model; fine-tune it first (bertmodel finetune classify|qa|tokens|"
-                                 f"choice --model {run} ...)\n"), result.output
+    exported = tmp_path / "exported"  # export-hf keeps what the model is
+    invoke(main, "export-hf", run, exported)
+    for model in (run, exported):
+        for args in (["evaluate", model, "--data", conll], ["predict", model, "--file", conll, "--out",
+                                                             tmp_path / "p.jsonl"]):
+            result = invoke(main, *args, code=1)
+            assert result.output == (f"Error: {model}: a pre-training run (ModernBertForTokenClassification), not "
+                                     f"a fine-tuned model; fine-tune it first (bertmodel finetune classify|qa|"
+                                     f"tokens|choice --model {model} ...)\n"), result.output
     assert not (tmp_path / "p.jsonl").exists()
 
 

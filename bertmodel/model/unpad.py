@@ -130,7 +130,10 @@ def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = Non
         raise BertmodelError(f"unpad must be auto, on or off, got {mode!r}")
     if mode == "on":
         return "jagged" if device.type == "cuda" else "repad"
-    if mode == "auto" and device.type == "cpu" and getattr(model, "hf_architecture", "") in PACKED_ON_CPU:
+    # (an ELECTRA pair's hf_architecture is its discriminator's, which may be a token
+    # classifier's: it is pre-training, and stays padded as pre-training does)
+    if mode == "auto" and device.type == "cpu" and not hasattr(model, "submodels") and \
+            getattr(model, "hf_architecture", "") in PACKED_ON_CPU:
         return "repad"
     return None
 

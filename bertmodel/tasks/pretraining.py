@@ -155,6 +155,9 @@ class PretrainingTask:
         return self.cfg.model_config(self.tokenizer)
 
     def model_for_checkpoint(self, resume: dict):
+        if (resume.get("task") or {}).get("objective") == "rtd":
+            raise BertmodelError(f"{self.cfg.out}: an ELECTRA run (generator and discriminator); resume it with "
+                                 "--objective rtd")
         config = config_from_dict(resume["config"])
         if not self.cfg.init_from:
             self._check_same_model(config, (resume.get("train") or {}).get("init_from"))

@@ -144,7 +144,20 @@ class RTDTask(PretrainingTask):
                                  "starts a run of its own: use another --out")
         config = config_from_dict(resume["config"])
         self._check_same_model(config, None)
-        model = self._build(config, config_from_dict(task["generator_config"]))
+        generator = config_from_dict(task["generator_config"])
+        # The generator's shape and the tables' layout are the model's: checked here, before
+        # the weights are loaded into a model built from today's options.
+        sharing = task.get("embedding_sharing", "tied")
+        if sharing != self.embedding_sharing:
+            raise BertmodelError(f"{self.cfg.out}: an ELECTRA run with --embedding-sharing {sharing}, not "
+                                 f"{self.embedding_sharing}; resume it with --embedding-sharing {sharing}")
+        wanted = generator_config(config, self.generator_size, self.generator_layers)
+        shape = lambda g: (g.num_hidden_layers, g.hidden_size, g.num_attention_heads, g.intermediate_size)  # noqa: E731
+        if shape(wanted) != shape(generator):
+            raise BertmodelError(f"{self.cfg.out}: its generator has {generator.num_hidden_layers} layers, hidden "
+                                 f"{generator.hidden_size}, not {wanted.num_hidden_layers} layers, hidden "
+                                 f"{wanted.hidden_size}; resume with the run's --generator-size and --generator-layers")
+        model = self._build(config, generator)
         model.load_state_dict(resume["model"])
         return model
 
