@@ -36,7 +36,7 @@ from bertmodel.training.checkpoint import (choose_from_run, is_disk_full, is_run
                                            load_checkpoint, unwrap_state_dict)
 from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
-from bertmodel.model.rtd import discriminator_state, generator_state
+from bertmodel.model.rtd import discriminator_state, generator_state, generator_task
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
@@ -349,7 +349,7 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
         if task.get("objective") == "rtd" and part == "generator":
             return Pretrained(config_from_dict(task["generator_config"]), complete_state_dict(generator_state(
                 state["model"])), tok, path, step=int(state["step"]), architecture=task["generator_architecture"],
-                head={**task, "architecture": task["generator_architecture"], "hf_config": {}, "part": "generator"})
+                head=generator_task(task))
         if task.get("objective") == "rtd":  # ELECTRA's pair: the discriminator is the model the run is for
             state["model"] = discriminator_state(state["model"])
         return Pretrained(config_from_dict(state["config"]), complete_state_dict(state["model"]),

@@ -29,7 +29,7 @@ from bertmodel.data.shards import open_shard_dir
 from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.model.config import ElectraConfig, ModernBertConfig
 from bertmodel.model.heads import IGNORE_INDEX
-from bertmodel.model.rtd import ReplacedTokenDetection, discriminator_state, generator_config
+from bertmodel.model.rtd import ReplacedTokenDetection, discriminator_state, generator_config, generator_state
 from bertmodel.model.unpad import set_unpad
 from bertmodel.training.optim import Schedule, build_optimizer, clip_and_step, set_lr
 
@@ -76,7 +76,7 @@ def bert_pair(vocab: int, generator_size: float, sharing: str = "tied"):
                                                  if k not in ("architectures", "dtype")})
     gen = transformers.ElectraForMaskedLM(hf(ours.generator_config))
     disc = transformers.ElectraForPreTraining(hf(config))
-    for model, state in ((gen, ours.generator_state()), (disc, ours.discriminator_state())):
+    for model, state in ((gen, generator_state(ours.state_dict())), (disc, discriminator_state(ours.state_dict()))):
         missing, unexpected = model.load_state_dict(state, strict=False)
         assert not unexpected and set(missing) <= {"generator_lm_head.weight"}, (missing, unexpected)
     if sharing == "tied":
@@ -107,7 +107,7 @@ def modernbert_pair(vocab: int, generator_size: float, sharing: str = "tied"):
     hf = lambda c, **kw: transformers.ModernBertConfig(**{k: v for k, v in c.to_hf_dict().items()  # noqa: E731
                                                           if k not in ("architectures", "dtype")}, **kw)
     disc = transformers.ModernBertForTokenClassification(hf(config, num_labels=1))
-    disc.load_state_dict(ours.discriminator_state(), strict=True)
+    disc.load_state_dict(discriminator_state(ours.state_dict()), strict=True)
     shared = disc.model.embeddings.tok_embeddings  # the generator's table
     if sharing == "gdes":
         disc.model.embeddings.tok_embeddings = Disentangled(shared)
@@ -251,9 +251,9 @@ def test_bert_rtd_steps_equal_electra_classes(shards, generator_size, kernel, sh
     assert ("embeddings_project" in dict(gen.electra.named_children())) == (generator_size < 1)
     run_steps(ours, forward, (gen, disc), params, batches(shards), kernel=kernel)
     theirs_disc = discriminator_state({f"discriminator.{k}": v for k, v in disc.state_dict().items()})
-    assert_same_weights(ours.discriminator_state(), theirs_disc)
+    assert_same_weights(discriminator_state(ours.state_dict()), theirs_disc)
     theirs = {k: v for k, v in gen.state_dict().items() if k != "generator_lm_head.weight"}
-    assert_same_weights(ours.generator_state(), theirs)
+    assert_same_weights(generator_state(ours.state_dict()), theirs)
     mine = ours.discriminator.electra.embeddings
     if sharing == "tied":  # the generator's table is the discriminator's, on both sides
         assert ours.generator.electra.embeddings is mine
@@ -270,7 +270,7 @@ def test_modernbert_rtd_steps_equal_transformers_modules(shards, generator_size,
                                                                   sharing)
     run_steps(ours, forward, (gen, disc, project), params, batches(shards))
     theirs_disc = discriminator_state({f"discriminator.{k}": v for k, v in disc.state_dict().items()})
-    assert_same_weights(ours.discriminator_state(), theirs_disc)
+    assert_same_weights(discriminator_state(ours.state_dict()), theirs_disc)
     mine = ours.generator.state_dict()
     assert_same_weights({"decoder.bias": mine["decoder_bias"]}, {"decoder.bias": gen.decoder.bias})
     if generator_size < 1:

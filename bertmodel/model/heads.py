@@ -164,6 +164,13 @@ def _mlm_loss(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(at_least_fp32(mlm_logits.flatten(0, 1)), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
+def mlm_output(mlm_logits: torch.Tensor, labels: torch.Tensor | None) -> PretrainingOutput:
+    """An MLM-only model's output (no pair head): the logits at the slots, and their loss
+    where there are labels."""
+    mlm_loss = _mlm_loss(mlm_logits, labels) if labels is not None else None
+    return PretrainingOutput(mlm_loss, mlm_loss, None, mlm_logits, None)
+
+
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, num_labels: int) -> torch.Tensor | None:
     """Cross-entropy over C classes, or MSE for regression (num_labels 1), as transformers."""
     if labels is None:
@@ -257,8 +264,7 @@ class BertForMaskedLM(BertWithHead):
         # BertForPreTraining; its row is simply not read).
         hidden = self.bert(input_ids, token_type_ids, attention_mask, _slot_index(masked_lm_positions))
         mlm_logits = self.cls.predictions(hidden[:, 1:])
-        mlm_loss = _mlm_loss(mlm_logits, masked_lm_labels) if masked_lm_labels is not None else None
-        return PretrainingOutput(mlm_loss, mlm_loss, None, mlm_logits, None)
+        return mlm_output(mlm_logits, masked_lm_labels)
 
 
 class BertForSequenceClassification(BertWithHead):

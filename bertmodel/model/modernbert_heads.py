@@ -25,8 +25,8 @@ from torch import nn
 from bertmodel.model.config import ModernBertConfig
 from bertmodel.model.dropout import Dropout
 from bertmodel.model.heads import (ClassificationOutput, HeadModel, MultipleChoiceOutput, PretrainingOutput,
-                                   QuestionAnsweringOutput, TokenClassificationOutput, _mlm_loss, at_least_fp32,
-                                   classification_loss, span_loss, token_loss)
+                                   QuestionAnsweringOutput, TokenClassificationOutput, at_least_fp32,
+                                   classification_loss, mlm_output, span_loss, token_loss)
 from bertmodel.model.linear import Linear
 from bertmodel.model.modernbert import (ModernBertAttention, ModernBertEmbeddings, ModernBertMLP, ModernBertModel)
 
@@ -116,8 +116,7 @@ class ModernBertForMaskedLM(ModernBertWithHead):
                 masked_lm_labels=None, next_sentence_label=None) -> PretrainingOutput:
         query = None if masked_lm_positions is None else masked_lm_positions.long()
         mlm_logits = self.decoder(self.head(self.model(input_ids, None, attention_mask, query)))  # (B, P or T, V)
-        mlm_loss = _mlm_loss(mlm_logits, masked_lm_labels) if masked_lm_labels is not None else None
-        return PretrainingOutput(mlm_loss, mlm_loss, None, mlm_logits, None)
+        return mlm_output(mlm_logits, masked_lm_labels)
 
 
 class ModernBertForSequenceClassification(ModernBertWithHead):

@@ -56,14 +56,15 @@ from torch import nn
 from bertmodel.errors import BertmodelError
 from bertmodel.model.config import BertConfig, ElectraConfig, ModernBertConfig
 from bertmodel.model.electra_heads import ElectraWithHead
+from bertmodel.model.embedding_sharing import EMBEDDING_SHARING, ProjectedEmbedding, disentangle
 from bertmodel.model.encoder import init_weights
-from bertmodel.model.heads import HeadModel, PredictionHeadTransform, PretrainingOutput, _mlm_loss, at_least_fp32
+from bertmodel.model.heads import (HeadModel, PredictionHeadTransform, PretrainingOutput, _mlm_loss, at_least_fp32,
+                                   mlm_output)
 from bertmodel.model.linear import Linear
-from bertmodel.model.modernbert_heads import ModernBertForTokenClassification, ModernBertWithHead, _trunc_normal
+from bertmodel.model.modernbert_heads import ModernBertForTokenClassification, ModernBertWithHead
 
 DEFAULT_GENERATOR_SIZE = 1 / 3  # ELECTRA-Base's generator: hidden, heads and FFN width x 1/3
 DEFAULT_DISCRIMINATOR_WEIGHT = 50.0  # ELECTRA's lambda (disc_weight)
-EMBEDDING_SHARING = ("tied", "gdes")  # ELECTRA's, DeBERTaV3's gradient-disentangled
 REPLACED_LABELS = {"id2label": {"0": "replaced"}, "label2id": {"replaced": 0}}  # the ModernBERT discriminator's
 
 
@@ -74,7 +75,6 @@ class RTDOutput(NamedTuple):
     mlm_logits: torch.Tensor  # (B, P, V) the generator's, at the prediction slots
     disc_logits: torch.Tensor  # (B, T) the discriminator's "replaced" logit per token
     replaced: torch.Tensor  # (B, T) bool: the token the discriminator read is not the original
-    nsp_logits: None = None  # no pair head (the pre-training stats ask)
 
 
 def discriminator_config(config: BertConfig | ModernBertConfig) -> ElectraConfig | ModernBertConfig:
@@ -213,53 +213,10 @@ class ElectraForMaskedLM(ElectraWithHead):
                 next_sentence_label=None) -> PretrainingOutput:
         """As the MLM heads (model/heads.py): what fill-mask and the pre-training stats read."""
         mlm_logits = self.slot_logits(input_ids, token_type_ids, attention_mask, masked_lm_positions.long())
-        mlm_loss = _mlm_loss(mlm_logits, masked_lm_labels) if masked_lm_labels is not None else None
-        return PretrainingOutput(mlm_loss, mlm_loss, None, mlm_logits, None)
+        return mlm_output(mlm_logits, masked_lm_labels)
 
 
 # -- the ModernBERT architecture ------------------------------------------------------------
-class ProjectedEmbedding(nn.Module):
-    """The discriminator's token table (`table`, V x H_d) read at the generator's width
-    through `project` (H_d -> H_g, no bias): as a table, `weight` = table.weight project^T."""
-
-    def __init__(self, table: nn.Embedding, width: int, std: float, cutoff: float):
-        super().__init__()
-        self.table = table
-        self.project = nn.Linear(table.embedding_dim, width, bias=False)
-        _trunc_normal(self.project.weight, std, cutoff)
-
-    @property
-    def weight(self) -> torch.Tensor:  # (V, H_g)
-        return self.table.weight @ self.project.weight.t()
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.table(input_ids), self.project.weight)
-
-
-class DisentangledEmbedding(nn.Module):
-    """DeBERTaV3's discriminator table: `shared` (the generator's E, read without its
-    gradient) + `delta` (E_delta, from 0); `weight` is what the discriminator reads."""
-
-    def __init__(self, shared: nn.Embedding):
-        super().__init__()
-        self.shared = shared
-        self.delta = nn.Parameter(torch.zeros_like(shared.weight))
-        self.padding_idx = shared.padding_idx
-        self.embedding_dim = shared.embedding_dim
-
-    @property
-    def weight(self) -> torch.Tensor:  # (V, E)
-        return self.shared.weight.detach() + self.delta
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.weight, self.padding_idx)
-
-
-def disentangle(embeddings: nn.Module, table: str) -> None:
-    """The discriminator's `embeddings.<table>` read as sg(E) + E_delta."""
-    setattr(embeddings, table, DisentangledEmbedding(getattr(embeddings, table)))
-
-
 class ModernBertGenerator(ModernBertWithHead):
     """ModernBertForMaskedLM on the discriminator's token table: logits (B, P, V) at the
     prediction slots, the decoder tied to the (projected) table, with its own bias
@@ -300,6 +257,14 @@ class ModernBertDiscriminator(ModernBertForTokenClassification):
 
 
 # -- the pair ---------------------------------------------------------------------------------
+def pair_classes(config) -> tuple[type, type]:
+    """(discriminator, generator) classes for a discriminator config's architecture; their
+    hf_architecture is what RUN/hf and RUN/generator load as."""
+    if isinstance(config, ModernBertConfig):
+        return ModernBertDiscriminator, ModernBertGenerator
+    return ElectraForPreTraining, ElectraForMaskedLM
+
+
 class ReplacedTokenDetection(HeadModel):
     """Generator + discriminator, embeddings shared, trained together on one loss.
 
@@ -312,16 +277,11 @@ class ReplacedTokenDetection(HeadModel):
         super().__init__()
         if embedding_sharing not in EMBEDDING_SHARING:
             raise BertmodelError(f"embedding sharing must be {' or '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}")
-        self.embedding_sharing = embedding_sharing
         config = discriminator_config(config)
         self.config, self.generator_config = config, generator
         self.discriminator_weight = float(discriminator_weight)
-        if isinstance(config, ModernBertConfig):
-            self.discriminator = ModernBertDiscriminator(config)
-            self.generator = ModernBertGenerator(generator)
-        else:
-            self.discriminator = ElectraForPreTraining(config)
-            self.generator = ElectraForMaskedLM(generator)
+        discriminator_class, generator_class = pair_classes(config)
+        self.discriminator, self.generator = discriminator_class(config), generator_class(generator)
         self.generator.share_embeddings(self.discriminator, embedding_sharing)
         self.hf_architecture = self.discriminator.hf_architecture
 
@@ -355,13 +315,6 @@ class ReplacedTokenDetection(HeadModel):
         disc_loss = replaced_token_loss(disc_logits, replaced, attention_mask)
         loss = mlm_loss + self.discriminator_weight * disc_loss
         return RTDOutput(loss, mlm_loss, disc_loss, mlm_logits, disc_logits, replaced)
-
-    # -- the two models transformers loads ----------------------------------------------
-    def discriminator_state(self, state_dict: dict | None = None) -> dict[str, torch.Tensor]:
-        return discriminator_state(self.state_dict() if state_dict is None else state_dict)
-
-    def generator_state(self, state_dict: dict | None = None) -> dict[str, torch.Tensor]:
-        return generator_state(self.state_dict() if state_dict is None else state_dict)
 
 
 def split_state(state_dict: dict, prefix: str) -> dict[str, torch.Tensor]:
@@ -398,6 +351,12 @@ def generator_state(state_dict: dict) -> dict[str, torch.Tensor]:
     else:
         out[f"{PROJECTED}weight"] = sd[f"{PROJECTED}weight"]
     return out
+
+
+def generator_task(task: dict) -> dict:
+    """The task record (bertmodel_task.json, Pretrained.head) of an RTD run's generator,
+    from the run's own: its class, no head fields, and which part it is."""
+    return {**task, "architecture": task["generator_architecture"], "hf_config": {}, "part": "generator"}
 
 
 def discriminator_head_config(config) -> dict:

@@ -26,7 +26,7 @@ from bertmodel.hf import RTD_GENERATOR_DIR, check_export_dir, export_hf
 from bertmodel.model.config import ModernBertConfig, config_from_dict
 from bertmodel.model.rtd import (DEFAULT_DISCRIMINATOR_WEIGHT, DEFAULT_GENERATOR_SIZE, ReplacedTokenDetection,
                                  discriminator_config, discriminator_head_config, discriminator_state,
-                                 generator_config, generator_state)
+                                 generator_config, generator_state, generator_task, pair_classes)
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training import parallel
 from bertmodel.training.metrics import encoder_flops
@@ -108,9 +108,8 @@ class RTDTask(PretrainingTask):
                                      else cfg.discriminator_weight)
         self.embedding_sharing = cfg.embedding_sharing or "tied"
         wanted = self._wanted_config()
-        self.architecture = "ModernBertForTokenClassification" if isinstance(wanted, ModernBertConfig) \
-            else "ElectraForPreTraining"
-        self.generator_class = "ModernBertForMaskedLM" if isinstance(wanted, ModernBertConfig) else "ElectraForMaskedLM"
+        self.architecture, self.generator_class = (cls.hf_architecture for cls in pair_classes(wanted))
+        self.hf_config = discriminator_head_config(wanted)
         if d.is_main:
             check_export_dir(Path(cfg.out) / GENERATOR_DIR)  # refused now, not at the first save
         self.generator = None  # its config, once the model is built
@@ -190,7 +189,7 @@ class RTDTask(PretrainingTask):
         return {"name": self.name, "architecture": self.architecture, "objective": "rtd", "masking": self.cfg.masking,
                 "generator_config": generator, "generator_architecture": self.generator_class,
                 "discriminator_weight": self.discriminator_weight, "embedding_sharing": self.embedding_sharing,
-                "hf_config": discriminator_head_config(self._wanted_config())}
+                "hf_config": self.hf_config}
 
     def export(self, source, run: Path, config) -> None:
         """RUN/hf (the discriminator) and RUN/generator, from the model or a checkpoint's dict."""
@@ -199,5 +198,4 @@ class RTDTask(PretrainingTask):
         export_hf({"model": discriminator_state(state_dict), "config": config.to_dict(), "task": task},
                   run / "hf", tokenizer=self.tokenizer)
         export_hf({"model": generator_state(state_dict), "config": self.generator.to_dict(),
-                   "task": {**task, "architecture": self.generator_class, "hf_config": {}, "part": "generator"}},
-                  run / GENERATOR_DIR, tokenizer=self.tokenizer)
+                   "task": generator_task(task)}, run / GENERATOR_DIR, tokenizer=self.tokenizer)
