@@ -74,19 +74,21 @@ def task_files(name: str, work: Path) -> tuple[Path, Path, list[str]]:
     return TASKS[name]
 
 
-def corpus(args, work: Path) -> tuple[Path, Path]:
-    """The tokenizer and the shards both objectives read."""
+def corpus(args, work: Path) -> Path:
+    """The shards every objective reads (and their tokenizer, trained on the same text)."""
     wiki = DATA / "enwiki_wikiextractor"
     text = [wiki_to_reference_layout([wiki / "wiki_00", wiki / "wiki_01", wiki / "wiki_02"], work / "wiki.txt"),
             wikitext_to_reference_layout(DATA / "wikitext-2-raw-train-head.txt", work / "wikitext.txt")]
     tokenizer = train_vocab(text, work / f"tokenizer-{args.vocab_size}", args.vocab_size)
-    return tokenizer, build(text, work / f"shards-{args.vocab_size}", "nsp", 5, tokenizer)
+    return build(text, work / f"shards-{args.vocab_size}", "nsp", 5, tokenizer)
 
 
-RECIPES = {  # objective -> its pre-training options beyond the shared ones
-    "mlm": ["--masking", "dynamic", "--mask-rate", 0.3, "--objective", "mlm"],
-    "rtd": ["--masking", "dynamic", "--mask-rate", 0.15, "--objective", "rtd"],
-}
+MASK_RATES = {"mlm": 0.3, "rtd": 0.15}  # objective -> its dynamic masking rate (ModernBERT's; ELECTRA's)
+
+
+def recipe(objective: str) -> list:
+    """The objective's pre-training options beyond the shared ones."""
+    return ["--masking", "dynamic", "--mask-rate", MASK_RATES[objective], "--objective", objective]
 
 
 def run_pretraining(args, shards: Path, run: Path, objective: str, steps: list[int], log: Path,
@@ -99,7 +101,7 @@ def run_pretraining(args, shards: Path, run: Path, objective: str, steps: list[i
     if not done.is_dir():
         cli("pretrain", "--data", shards, "--out", run, "--preset", args.preset, "--batch-size", 32,
             "--max-steps", steps[-1], "--lr", "1e-3", "--warmup-ratio", "0.05", "--save-every", every,
-            "--keep-last", 1000, "--log-every", 100 if steps[-1] >= 200 else 10, "--seed", 1, *RECIPES[objective],
+            "--keep-last", 1000, "--log-every", 100 if steps[-1] >= 200 else 10, "--seed", 1, *recipe(objective),
             "--device", "cpu", "--no-progress", *extra, log=log)  # click keeps an option's last value: extra wins
     return (time.perf_counter() - started) / 60
 
@@ -122,10 +124,10 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "_" for c in name).strip("_")
 
 
-def pretrain(args, work: Path, objective: str = "mlm", budget_s: float | None = None) -> tuple[Path, list[int], float]:
+def pretrain(args, work: Path, shards: Path, objective: str = "mlm",
+             budget_s: float | None = None) -> tuple[Path, list[int], float]:
     """The pre-training run of `objective` (checkpoints at every point) and its minutes.
     MLM's points are --steps; RTD's fill `budget_s` of training time (--rtd-points of it)."""
-    tokenizer, shards = corpus(args, work)
     if objective == "mlm":
         run, steps, extra = work / "pretrain", sorted(args.steps), []
         log = work / "pretrain.log"
@@ -152,7 +154,7 @@ def flops_per_step(run: Path, objective: str, shards: Path) -> float:
     state = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
     config = config_from_dict(state["config"])
     T = json.loads((shards / "manifest.json").read_text())["options"]["max_seq_length"]
-    P = math.ceil(T * float(RECIPES[objective][3]))
+    P = math.ceil(T * MASK_RATES[objective])
     if objective == "rtd":
         return rtd_flops(config, config_from_dict(state["task"]["generator_config"]), 32, T, P)
     return train_flops(config, 32, T, P, pair_head=False)
@@ -197,17 +199,19 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=3)
     ap.add_argument("--plot", type=Path, help="write the curves to this PNG")
     args = ap.parse_args()
-    if args.objectives[0] != "mlm" or set(args.objectives) - set(RECIPES):
+    if args.objectives[0] != "mlm" or set(args.objectives) - set(MASK_RATES):
         ap.error("--objectives: mlm first (the time budget is its), then rtd")
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    run, _, minutes = pretrain(args, work)
+    shards = corpus(args, work)
+    run, _, minutes = pretrain(args, work, shards)
     per_step_minutes = minutes / max(args.steps) if minutes > 0.5 else None
-    mlm_step_s = step_seconds(run)
+    step_s = {"mlm": step_seconds(run)}  # objective -> seconds per training step (its run's own clock)
     arms = {"mlm": (run, sorted(args.steps))}  # objective -> (run, points)
     for objective in args.objectives[1:]:
-        rtd_run, rtd_steps, _ = pretrain(args, work, objective, budget_s=max(args.steps) * mlm_step_s)
+        rtd_run, rtd_steps, _ = pretrain(args, work, shards, objective, budget_s=max(args.steps) * step_s["mlm"])
         arms[variant(args)] = (rtd_run, rtd_steps)
+        step_s[variant(args)] = step_seconds(rtd_run)
     results_file = work / "results.jsonl"
     done = {}
     if results_file.is_file():
@@ -232,11 +236,9 @@ def main() -> None:
           f"lr {args.lr:g}, {args.epochs:g} epochs, batch 32; best dev accuracy, mean ± sd over seeds "
           f"{','.join(map(str, args.seeds))}" + (f"; pre-training {per_step_minutes * 1000:.1f} CPU min per 1,000 steps"
                                                  if per_step_minutes else ""))
-    shards = work / f"shards-{args.vocab_size}"
     for objective, (arm_run, points) in arms.items():
-        step_s = step_seconds(arm_run)
         kind = objective.split("[")[0]
-        print(f"{objective}: {step_s * 1000:.0f} ms/step ({32 / step_s:.0f} samples/s), "
+        print(f"{objective}: {step_s[objective] * 1000:.0f} ms/step ({32 / step_s[objective]:.0f} samples/s), "
               f"{flops_per_step(arm_run, kind, shards) / 1e9:.1f} GFLOP/step")
     width = max(22, *(len(o) + 16 for o in arms))
     header = f"{'pre-training':>{width}} | " + " | ".join(f"{t:^27}" for t in args.tasks)
@@ -244,7 +246,7 @@ def main() -> None:
     table = {}
     for objective, point in rows:
         cells = []
-        minutes_at = point * step_seconds(arms[objective][0]) / 60 if point else 0
+        minutes_at = point * step_s[objective] / 60
         for task in args.tasks:
             mean, sd = summary([done[(task, objective, point, s)] for s in args.seeds])
             table[(task, objective, point)] = (mean, sd)
