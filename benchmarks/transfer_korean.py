@@ -15,6 +15,15 @@ its best dev accuracy over the epochs (transfer.py's rule, the same for every ar
 --reviews adds in-domain text to the tokenizer's and the pre-training corpus: the review
 texts of NSMC's first 20,000 rows, labels dropped, 20 reviews a document (the 5,000 dev
 reviews are never in it), as domain-adaptive pre-training uses a task's unlabelled text.
+--adapt-steps N instead keeps the petitions' tokenizer and run and adds an arm: the last
+checkpoint trained N more steps on that review text alone (task-adaptive pre-training,
+Gururangan et al. 2020; rows of 64 tokens), then fine-tuned as the others.
+
+--points 3000,6000,9000 fine-tunes the run's checkpoints at those steps too (one schedule
+to --steps: what each budget buys). --architecture modernbert pre-trains a ModernBERT-style
+encoder instead, and --classifier-pooling mean|cls picks what its classifier reads (the
+mean of the real tokens, or [CLS], transformers' default; BERT's classifier reads [CLS] through
+its pooler, as transformers' BertForSequenceClassification).
 
 Arms, all with one vocabulary size:
 - default tokenizer (`bertprep train-tokenizer` as shipped: accents kept on Hangul, the
@@ -30,12 +39,16 @@ commands' user + system time, children included; wall minutes beside). Everythin
 in --work and a rerun reuses what is finished (results.jsonl, stages.jsonl).
 
   python benchmarks/transfer_korean.py --work /tmp/transfer-korean --steps 3000 --epochs 2 --seeds 1,2,3
+  python benchmarks/transfer_korean.py --work /tmp/tk --architecture modernbert --classifier-pooling mean \
+      --steps 6000 --adapt-steps 1500 \
+      --train-rows 2000 --epochs 3 --lr 1e-3 --seeds 1,2,3 --old-seeds ""
   python benchmarks/transfer_korean.py --work /tmp/tk-small --steps 200 --train-rows 2000 --seeds 1   # a smoke run
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import sys
 import time
@@ -122,8 +135,13 @@ def review_lengths(tokenizer: Path, dev: Path, max_seq_length: int) -> str:
 
 def pretrain_name(args, name: str) -> str:
     corpus = "-reviews" if args.reviews else ""
-    return (f"pretrain-{name}{corpus}-{args.preset}-{args.vocab_size}-{args.objective}-lr{args.pretrain_lr:g}-"
-            f"{args.steps}")
+    architecture = "modernbert-" if args.architecture == "modernbert" else ""
+    return (f"pretrain-{name}{corpus}-{architecture}{args.preset}-{args.vocab_size}-{args.objective}-"
+            f"lr{args.pretrain_lr:g}-{args.steps}")
+
+
+def adapted_name(args, name: str) -> str:
+    return f"{pretrain_name(args, name)}-adapt{args.adapt_steps}-lr{args.adapt_lr:g}"
 
 
 REVIEWS_NOTE = " and NSMC's training reviews (labels dropped)"
@@ -159,28 +177,71 @@ def prepare(args, work: Path, stages: Stages, name: str) -> tuple[Path, dict]:
         "build-shards", *text, *CORPUS, "--tokenizer", tokenizer, "--out", shards, "--pairs", "nsp",
         "--dupe-factor", 5, "--max-seq-length", 128, "--cache-dir", work / ".cache", "--quiet"))
     run = work / pretrain_name(args, name)
+    # a checkpoint at every --points step (one schedule, to --steps: the earlier points are
+    # that run part-way, not runs of their own)
+    every = math.gcd(*args.points)
     costs["pretrain"] = stages.run(run.name, run / "checkpoints" / f"step-{args.steps}", lambda: cli(
-        "pretrain", "--data", shards, "--out", run, "--preset", args.preset, "--batch-size", 32,
-        "--max-steps", args.steps, "--lr", args.pretrain_lr, "--warmup-ratio", "0.05", "--save-every", args.steps,
-        "--log-every", 100, "--seed", 1, "--masking", "dynamic", "--mask-rate", 0.3, "--objective", args.objective,
+        "pretrain", "--architecture", args.architecture, "--data", shards, "--out", run, "--preset", args.preset,
+        "--batch-size", 32,
+        "--max-steps", args.steps, "--lr", args.pretrain_lr, "--warmup-ratio", "0.05", "--save-every", every,
+        "--keep-last", args.steps // every + 1, "--log-every", 100, "--seed", 1, "--masking", "dynamic", "--mask-rate", 0.3, "--objective", args.objective,
         "--device", "cpu", "--no-progress", log=run.parent / f"{run.name}.log"))
+    if args.adapt_steps:
+        costs["adapt"] = adapt(args, work, stages, name, tokenizer, run)
     return run, costs
+
+
+ADAPT_LENGTH = 64  # rows of the adaptation shards: reviews are short (median 19 tokens), packed whole to 64
+
+
+def adapt(args, work: Path, stages: Stages, name: str, tokenizer: Path, run: Path) -> dict:
+    """Task-adaptive pre-training (Gururangan et al. 2020): the run's last checkpoint
+    trained on, for --adapt-steps, the text of NSMC's training reviews (labels dropped;
+    the dev reviews never in it) with the pre-training recipe, as RoBERTa's FULL-SENTENCES
+    rows of ADAPT_LENGTH tokens. The pre-trained arm's tokenizer, so its vocabulary stays."""
+    shards = work / f"shards-adapt-{name}-{args.vocab_size}-{ADAPT_LENGTH}"
+    stages.run(shards.name, shards / "manifest.json", lambda: bertprep(
+        "build-shards", review_corpus(work), "--text-field", "content", "--tokenizer", tokenizer, "--out", shards,
+        "--pairs", "none", "--dupe-factor", 5, "--max-seq-length", ADAPT_LENGTH, "--cache-dir", work / ".cache",
+        "--quiet"))
+    adapted = work / adapted_name(args, name)
+    return stages.run(adapted.name, adapted / "checkpoints" / f"step-{args.adapt_steps}", lambda: cli(
+        "pretrain", "--init-from", run / "checkpoints" / f"step-{args.steps}", "--data", shards, "--out", adapted,
+        "--batch-size", 32, "--max-steps", args.adapt_steps, "--lr", args.adapt_lr, "--warmup-ratio", "0.05",
+        "--save-every", args.adapt_steps, "--log-every", 100, "--seed", 1, "--masking", "dynamic", "--mask-rate",
+        0.3, "--objective", "mlm", "--device", "cpu", "--no-progress", log=adapted.parent / f"{adapted.name}.log"))
+
+
+def arm_parts(arm: str) -> tuple[str, str, int | None]:
+    """"default pretrained@3000" -> ("default", "pretrained", 3000); a random init has no
+    point; "default adapted@3000": that checkpoint after --adapt-steps on the reviews."""
+    name, init = arm.split()
+    init, _, point = init.partition("@")
+    return name, init, int(point) if point else None
 
 
 def finetune_name(args, arm: str, seed: int) -> str:
     """Names a fine-tune by everything that decides it (the results' key, its directory)."""
-    name, init = arm.split()
-    return (f"{pretrain_name(args, name)}-{init}-nsmc{args.train_rows}x{args.epochs:g}-lr{args.lr:g}-"
-            f"len{args.max_seq_length}-seed{seed}")
+    name, init, point = arm_parts(arm)
+    at = f"-at{point}" if point not in (None, args.steps) else ""
+    base = adapted_name(args, name) if init == "adapted" else pretrain_name(args, name)
+    pooling = f"-{args.classifier_pooling}" if args.classifier_pooling else ""
+    return (f"{base}{at}-{init}-nsmc{args.train_rows}x{args.epochs:g}-lr{args.lr:g}-"
+            f"len{args.max_seq_length}{pooling}-seed{seed}")
 
 
 def finetune(args, work: Path, arm: str, seed: int, run: Path, train: Path, dev: Path) -> dict:
-    """One NSMC fine-tune (arm: "default pretrained", "old random", ...): its best dev
-    accuracy and CPU/wall minutes."""
+    """One NSMC fine-tune (arm: "default pretrained@3000", "old random", ...): its best dev
+    accuracy and CPU/wall minutes. A random init reads only the run's shape."""
     out = work / "finetune" / finetune_name(args, arm, seed)
+    name, init, point = arm_parts(arm)
+    model = run / "checkpoints" / f"step-{point or args.steps}"
+    if init == "adapted":
+        model, init = work / adapted_name(args, name) / "checkpoints" / f"step-{args.adapt_steps}", "pretrained"
+    pooling = ["--classifier-pooling", args.classifier_pooling] if args.classifier_pooling else []
     cpu, wall = cpu_seconds(), time.perf_counter()
     # Always run the command: a finished run says "nothing to do", a killed one resumes.
-    cli("finetune", "classify", "--model", run / "checkpoints" / f"step-{args.steps}", "--init", arm.split()[1],
+    cli("finetune", "classify", "--model", model, "--init", init, *pooling,
         "--train", train, "--validation", dev, "--text-column", "document", "--label-column", "label",
         "--out", out, "--epochs", args.epochs, "--batch-size", 32, "--lr", args.lr, "--seed", seed,
         "--max-seq-length", args.max_seq_length, "--device", "cpu", "--no-progress", log=out.parent / f"{out.name}.log")
@@ -192,10 +253,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/bertmodel-transfer-korean"))
     ap.add_argument("--steps", type=int, default=3000, help="pre-training steps (batch 32)")
+    ap.add_argument("--points", type=lambda s: sorted(int(x) for x in s.split(",")),
+                    help="pre-training steps at which to fine-tune, the last --steps (comma-separated; "
+                         "default: --steps only): what each budget buys, from one run")
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     ap.add_argument("--old-seeds", type=lambda s: [int(x) for x in s.split(",") if x],
                     help="seeds of the old tokenizer's arms [default: the first of --seeds; '' skips them]")
     ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--architecture", default="bert", choices=["bert", "modernbert"])
+    ap.add_argument("--classifier-pooling", choices=["cls", "mean"],
+                    help="modernbert: the fine-tune's sequence vector, [CLS] or the mean of the real tokens "
+                         "[default: the model's own, cls as transformers' ModernBertConfig]")
+    ap.add_argument("--adapt-steps", type=int, default=0,
+                    help="also fine-tune the last checkpoint after this many steps of task-adaptive pre-training "
+                         "on NSMC's 20,000 training reviews' text (labels dropped; dev never in it)")
+    ap.add_argument("--adapt-lr", type=float, default=5e-4, help="peak lr of --adapt-steps")
     # The smallest size at which the default completes Hangul (the 1,076 KS X 1001 syllables
     # the petitions lack and their ## forms may take 25% of it): at 8,192 17% of NSMC reviews
     # hold an [UNK], at 10,000 2.5%, as at 16,000; and the output layer is much of a tiny
@@ -213,12 +285,18 @@ def main() -> None:
                     "20,000 training reviews' text, labels dropped (in-domain text; the dev reviews never seen)")
     args = ap.parse_args()
     old_seeds = args.seeds[:1] if args.old_seeds is None else args.old_seeds
+    args.points = args.points or [args.steps]
+    if args.classifier_pooling and args.architecture != "modernbert":
+        ap.error("--classifier-pooling is modernbert's (BertForSequenceClassification reads [CLS])")
+    if args.points[-1] != args.steps or args.points[0] < 1:
+        ap.error(f"--points must lie in 1..--steps and end at --steps ({args.steps})")
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     stages = Stages(work)
     train, dev, n_train, n_dev = nsmc_split(work, args.train_rows)
-    arms = [(f"{name} {init}", seeds) for name, seeds in (("default", args.seeds), ("old", old_seeds))
-            for init in ("pretrained", "random") if seeds]
+    arms = [(f"{name} {init}", seeds) for name, seeds in (("default", args.seeds), ("old", old_seeds)) if seeds
+            for init in [*(f"pretrained@{p}" for p in args.points),
+                         *([f"adapted@{args.steps}"] if args.adapt_steps else []), "random"]]
     runs, costs = {}, {}
     for name in dict.fromkeys(arm.split()[0] for arm, _ in arms):
         runs[name], costs[name] = prepare(args, work, stages, name)
@@ -234,7 +312,7 @@ def main() -> None:
             key = finetune_name(args, arm, seed)
             if key not in done:
                 record = {"key": key, "arm": arm, "seed": seed,
-                          **finetune(args, work, arm, seed, runs[arm.split()[0]], train, dev)}
+                          **finetune(args, work, arm, seed, runs[arm_parts(arm)[0]], train, dev)}
                 done[key] = record
                 with open(results_file, "a") as f:
                     f.write(json.dumps(record) + "\n")
@@ -248,28 +326,35 @@ def report(args, work: Path, costs: dict, table: dict, n_train: int, n_dev: int,
     labels = [line.rsplit("\t", 1)[1] for line in dev.read_text(encoding="utf-8").split("\n")[1:-1]]
     majority = max(labels.count(x) for x in set(labels)) / len(labels)
     corpus = REVIEWS_NOTE if args.reviews else ""
-    print(f"\n{args.preset} BERT pre-trained {args.steps:,} steps on the petitions{corpus} (NSP shards of 128, dynamic "
-          f"masking 0.3, {args.objective}, batch 32, lr {args.pretrain_lr:g}); vocabulary {args.vocab_size:,}; "
-          f"NSMC: {n_train:,} training reviews, {n_dev:,} dev (largest class {majority:.3f}), lr {args.lr:g}, "
-          f"{args.epochs:g} epochs, batch 32, {args.max_seq_length} tokens; best dev accuracy over the epochs")
+    architecture = "ModernBERT" if args.architecture == "modernbert" else "BERT"
+    adapted = (f"; adapted: {args.adapt_steps:,} more steps on NSMC's training reviews' text (rows of {ADAPT_LENGTH}, "
+               f"lr {args.adapt_lr:g})" if args.adapt_steps else "")
+    pooling = f", {args.classifier_pooling} pooling" if args.classifier_pooling else ""
+    print(f"\n{args.preset} {architecture} pre-trained {args.steps:,} steps on the petitions{corpus} (NSP shards of "
+          f"128, dynamic masking 0.3, {args.objective}, batch 32, lr {args.pretrain_lr:g}){adapted}; vocabulary "
+          f"{args.vocab_size:,}; NSMC: {n_train:,} training reviews, {n_dev:,} dev (largest class {majority:.3f}), "
+          f"lr {args.lr:g}, {args.epochs:g} epochs, batch 32, {args.max_seq_length} tokens{pooling}; best dev accuracy "
+          f"over the epochs")
     for name in costs:
         tokenizer = work / f"tokenizer-{name}{'-reviews' if args.reviews else ''}-{args.vocab_size}"
         print(f"NSMC dev reviews, {name} tokenizer: {review_lengths(tokenizer, dev, args.max_seq_length)}")
-    print(f"\n{'arm':32} | {'seeds':>5} | {'mean ± sd':^13} | {'gap to random':^13} | {'CPU min per fine-tune':>21}")
-    print("-" * 97)
+    print(f"\n{'arm':56} | {'seeds':>5} | {'mean ± sd':^13} | {'gap to random':^13} | {'CPU min per fine-tune':>21}")
+    print("-" * 121)
     stats = {arm: (*summary([r["accuracy"] for r in records]), len(records),
                    sum(r["cpu_min"] for r in records) / len(records)) for arm, records in table.items()}
     for arm, (mean, sd, n, cpu) in stats.items():
-        name, init = arm.split()
+        name, init, point = arm_parts(arm)
         gap = ""
-        if init == "pretrained":
+        if init != "random":
             base, base_sd, _, _ = stats[f"{name} random"]
             gap = f"{mean - base:+.3f}{'*' if mean - base > sd + base_sd else ' '}"
-        label = f"{name} tokenizer, {'pre-trained' if init == 'pretrained' else 'random init'}"
-        print(f"{label:32} | {n:>5} | {mean:.3f} ± {sd:.3f} | {gap:^13} | {cpu:>21.1f}")
+        label = f"{name} tokenizer, " + ("random init" if init == "random" else f"pre-trained {point:,}" + (
+            f" + {args.adapt_steps:,} on reviews" if init == "adapted" else ""))
+        print(f"{label:56} | {n:>5} | {mean:.3f} ± {sd:.3f} | {gap:^13} | {cpu:>21.1f}")
     print("(gap: to the same tokenizer's random init; * where it exceeds the sum of both sds)")
-    if "old pretrained" in stats:
-        print(f"default against old tokenizer, pre-trained: {stats['default pretrained'][0] - stats['old pretrained'][0]:+.3f}; "
+    last = f"pretrained@{args.steps}"
+    if f"old {last}" in stats:
+        print(f"default against old tokenizer, pre-trained: {stats[f'default {last}'][0] - stats[f'old {last}'][0]:+.3f}; "
               f"random init: {stats['default random'][0] - stats['old random'][0]:+.3f}")
     print("\nminutes per stage, CPU (wall); '-' where an earlier run without a record made it:")
     total = 0.0
