@@ -22,8 +22,8 @@ Gururangan et al. 2020; rows of 64 tokens), then fine-tuned as the others.
 --points 3000,6000,9000 fine-tunes the run's checkpoints at those steps too (one schedule
 to --steps: what each budget buys). --architecture modernbert pre-trains a ModernBERT-style
 encoder instead, and --classifier-pooling mean|cls picks what its classifier reads (the
-mean of the real tokens, or [CLS], transformers' default; BERT's classifier reads [CLS] through
-its pooler, as transformers' BertForSequenceClassification).
+mean of the real tokens, or [CLS], transformers' default; BERT's classifier reads [CLS]
+through its pooler, as transformers' BertForSequenceClassification does).
 
 Arms, all with one vocabulary size:
 - default tokenizer (`bertprep train-tokenizer` as shipped: accents kept on Hangul, the
@@ -40,8 +40,7 @@ in --work and a rerun reuses what is finished (results.jsonl, stages.jsonl).
 
   python benchmarks/transfer_korean.py --work /tmp/transfer-korean --steps 3000 --epochs 2 --seeds 1,2,3
   python benchmarks/transfer_korean.py --work /tmp/tk --architecture modernbert --classifier-pooling mean \
-      --steps 6000 --adapt-steps 1500 \
-      --train-rows 2000 --epochs 3 --lr 1e-3 --seeds 1,2,3 --old-seeds ""
+      --steps 6000 --adapt-steps 1500 --epochs 2 --lr 5e-4 --seeds 1,2,3 --old-seeds=     # docs/inputs.md's recipe
   python benchmarks/transfer_korean.py --work /tmp/tk-small --steps 200 --train-rows 2000 --seeds 1   # a smoke run
 """
 from __future__ import annotations
@@ -182,10 +181,10 @@ def prepare(args, work: Path, stages: Stages, name: str) -> tuple[Path, dict]:
     every = math.gcd(*args.points)
     costs["pretrain"] = stages.run(run.name, run / "checkpoints" / f"step-{args.steps}", lambda: cli(
         "pretrain", "--architecture", args.architecture, "--data", shards, "--out", run, "--preset", args.preset,
-        "--batch-size", 32,
-        "--max-steps", args.steps, "--lr", args.pretrain_lr, "--warmup-ratio", "0.05", "--save-every", every,
-        "--keep-last", args.steps // every + 1, "--log-every", 100, "--seed", 1, "--masking", "dynamic", "--mask-rate", 0.3, "--objective", args.objective,
-        "--device", "cpu", "--no-progress", log=run.parent / f"{run.name}.log"))
+        "--batch-size", 32, "--max-steps", args.steps, "--lr", args.pretrain_lr, "--warmup-ratio", "0.05",
+        "--save-every", every, "--keep-last", args.steps // every + 1, "--log-every", 100, "--seed", 1,
+        "--masking", "dynamic", "--mask-rate", 0.3, "--objective", args.objective, "--device", "cpu",
+        "--no-progress", log=run.parent / f"{run.name}.log"))
     if args.adapt_steps:
         costs["adapt"] = adapt(args, work, stages, name, tokenizer, run)
     return run, costs
@@ -354,7 +353,8 @@ def report(args, work: Path, costs: dict, table: dict, n_train: int, n_dev: int,
     print("(gap: to the same tokenizer's random init; * where it exceeds the sum of both sds)")
     last = f"pretrained@{args.steps}"
     if f"old {last}" in stats:
-        print(f"default against old tokenizer, pre-trained: {stats[f'default {last}'][0] - stats[f'old {last}'][0]:+.3f}; "
+        gap = stats[f"default {last}"][0] - stats[f"old {last}"][0]
+        print(f"default against old tokenizer, pre-trained: {gap:+.3f}; "
               f"random init: {stats['default random'][0] - stats['old random'][0]:+.3f}")
     print("\nminutes per stage, CPU (wall); '-' where an earlier run without a record made it:")
     total = 0.0
