@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transfer_korean import nsmc_split  # noqa: E402
+from transfer_korean import nsmc_split, read_split  # noqa: E402
 
 READINGS = ("cls", "mean", "embedding mean")
 
@@ -36,11 +36,6 @@ def transformers_dir(model: Path, work: Path) -> Path:
         subprocess.run([sys.executable, "-m", "bertmodel.cli", "export-hf", str(model), str(out)], check=True,
                        stdout=subprocess.DEVNULL)
     return out
-
-
-def read_tsv(path: Path) -> tuple[list[str], list[int]]:
-    rows = [line.split("\t") for line in path.read_text(encoding="utf-8").split("\n")[1:-1]]
-    return [r[1] for r in rows], [int(r[2]) for r in rows]
 
 
 def features(encoder, tokenizer, texts: list[str], max_length: int):
@@ -84,11 +79,11 @@ def main() -> None:
 
     torch.set_grad_enabled(False)
     train, dev, _, _ = nsmc_split(args.work, args.train_rows)
-    (x_train, y_train), (x_dev, y_dev) = read_tsv(train), read_tsv(dev)
+    (x_train, y_train), (x_dev, y_dev) = read_split(train), read_split(dev)
     directories = [transformers_dir(m, args.work) for m in args.models]
     tokenizer = AutoTokenizer.from_pretrained(directories[0])
-    torch.manual_seed(0)
     encoders = {str(m): AutoModel.from_pretrained(d) for m, d in zip(args.models, directories)}
+    torch.manual_seed(0)  # here: loading may draw (a head it lacks), and the random init must not depend on it
     encoders[f"random init ({args.models[0]}'s shape, seed 0)"] = AutoModel.from_config(
         AutoConfig.from_pretrained(directories[0]))
     print(f"NSMC: {len(x_train):,} training reviews, {len(x_dev):,} dev; logistic regression on frozen features; "

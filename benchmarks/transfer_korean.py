@@ -115,6 +115,12 @@ def nsmc_split(work: Path, train_rows: int) -> tuple[Path, Path, int, int]:
     return paths[0], paths[1], len(train), len(dev)
 
 
+def read_split(path: Path) -> tuple[list[str], list[int]]:
+    """(texts, labels) of a split nsmc_split wrote (id, document, label; a header)."""
+    rows = [line.split("\t") for line in path.read_text(encoding="utf-8").split("\n")[1:-1]]
+    return [r[1] for r in rows], [int(r[2]) for r in rows]
+
+
 def review_lengths(tokenizer: Path, dev: Path, max_seq_length: int) -> str:
     """Percentiles of the dev reviews' lengths in tokens ([CLS] and [SEP] included) and
     the share --max-seq-length cuts."""
@@ -122,7 +128,7 @@ def review_lengths(tokenizer: Path, dev: Path, max_seq_length: int) -> str:
 
     from bertprep.tokenizer import load_tokenizer
 
-    texts = [line.split("\t")[1] for line in dev.read_text(encoding="utf-8").split("\n")[1:-1]]
+    texts, _ = read_split(dev)
     tok = load_tokenizer(tokenizer)
     encodings = tok.tokenizer.encode_batch(texts, add_special_tokens=True)
     lengths = np.array([len(e.ids) for e in encodings])
@@ -322,7 +328,7 @@ def main() -> None:
 
 
 def report(args, work: Path, costs: dict, table: dict, n_train: int, n_dev: int, dev: Path) -> None:
-    labels = [line.rsplit("\t", 1)[1] for line in dev.read_text(encoding="utf-8").split("\n")[1:-1]]
+    _, labels = read_split(dev)
     majority = max(labels.count(x) for x in set(labels)) / len(labels)
     corpus = REVIEWS_NOTE if args.reviews else ""
     architecture = "ModernBERT" if args.architecture == "modernbert" else "BERT"
