@@ -140,5 +140,6 @@ def test_real_builds_record_their_pairing(wiki_corpus, tmp_path, pairs):
     assert done.stdout.strip().splitlines()[-1].startswith("OK:"), done.stdout
     if pairs == "sop":
         assert abs(manifest["statistics"]["next_sentence_random_fraction"] - 0.5) < 0.05
+    else:  # FULL-SENTENCES: every row is a continuation
         assert manifest["statistics"]["next_sentence_random_fraction"] == 0
         assert abs(manifest["statistics"]["mask_rate"] - 0.15) < 0.01
