@@ -28,13 +28,9 @@ def contradicted_options(directory: pathlib.Path, whole_word_mask: bool) -> str 
     manifest), or None when every figure sits where the options put it."""
     report = measure(directory)
     rate, n = report["mask_rate"], report["masked_positions"]
-    expected_positions = rate["formula"] * report["tokens"]
-    if whole_word_mask:
-        if not WHOLE_WORD_SHORTFALL * expected_positions <= n <= expected_positions:
-            return (f"{n:,} masked positions where --masked-lm-prob {rate['expected']} and whole words give "
-                    f"{WHOLE_WORD_SHORTFALL:.0%}-100% of {expected_positions:,.0f}")
-    elif n != round(expected_positions):
-        return f"{n:,} masked positions where --masked-lm-prob {rate['expected']} gives {expected_positions:,.0f}"
+    problem = contradicted_count(n, rate["formula_positions"], rate["expected"], whole_word_mask)
+    if problem:
+        return problem
     for name, share in report["split"].items():
         if abs(share["z"]) > Z_LIMIT:
             return (f"a {name} share of {share['observed']:.4f} over {n:,} masked positions where "
@@ -49,6 +45,21 @@ def contradicted_options(directory: pathlib.Path, whole_word_mask: bool) -> str 
         return f"pair labels in {nsp['observed']:.4f} of FULL-SENTENCES rows, which have none"
     if pairs == "nsp" and nsp["z"] < -Z_LIMIT:
         return f"a random-B fraction of {nsp['observed']:.4f} over {report['rows']:,} rows where at least 0.5 is expected"
+    return None
+
+
+def contradicted_count(masked: int, formula_positions: int, masked_lm_prob: float,
+                       whole_word_mask: bool) -> str | None:
+    """Whether `masked` positions contradict the count formula, whose per-row counts sum
+    to `formula_positions`. Counts against counts: that sum is an integer (each row
+    rounds its own count), never the rate times the tokens, a float that can land a hair
+    below it (986 / 6619 * 6619 is 985.9999999999999)."""
+    if whole_word_mask:
+        if not WHOLE_WORD_SHORTFALL * formula_positions <= masked <= formula_positions:
+            return (f"{masked:,} masked positions where --masked-lm-prob {masked_lm_prob} and whole words give "
+                    f"{WHOLE_WORD_SHORTFALL:.0%}-100% of {formula_positions:,}")
+    elif masked != formula_positions:
+        return f"{masked:,} masked positions where --masked-lm-prob {masked_lm_prob} gives {formula_positions:,}"
     return None
 
 

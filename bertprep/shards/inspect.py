@@ -146,6 +146,9 @@ def _report(manifest: dict, c: dict, histogram: np.ndarray) -> dict:
             # What the count formula gives for these lengths (rounding, the 1 minimum
             # and the max-predictions cap move it off the nominal probability).
             "formula": c["expected_positions"] / c["tokens"] if c["tokens"] else float("nan"),
+            # The same as a count: the sum of each row's count, an exact integer to compare
+            # counts with (formula x tokens comes back a float a hair off it).
+            "formula_positions": c["expected_positions"],
         },
         "masked_positions": n,
         "split": {
