@@ -82,9 +82,31 @@ def hf_tensors(state_dict: dict) -> dict[str, torch.Tensor]:
             for k, v in sd.items() if k not in TIED_KEYS}
 
 
-def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int) -> None:
+def reading_length(task: dict | None) -> int | None:
+    """The tokens per input a fine-tuning run read: an embed run's passage length
+    (sentence-transformers has one length for every text), any other fine-tuning run's
+    --max-seq-length (its task record's options); None for a pre-training run or a model
+    with no task record."""
+    task = task or {}
+    embed = task.get("sentence_transformers") or {}
+    length = embed.get("max_seq_length") or (task.get("options") or {}).get("max_seq_length")
+    return int(length) if length else None
+
+
+def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int,
+                    read_length: int | None = None) -> None:
     """Copy the tokenizer files; add tokenizer_config.json / special_tokens_map.json when
-    the source has only a vocab.txt (AutoTokenizer needs the former to lower-case)."""
+    the source has only a vocab.txt (AutoTokenizer needs the former to lower-case).
+
+    model_max_length is where transformers' `truncation=True`, its token-classification
+    pipeline and sentence-transformers' CrossEncoder cut an input. A fine-tuned model's
+    is `read_length`, the length its run trained and evaluated at, so they read what the
+    run read and score as it did. Any other model's is its `max_len` positions (or the
+    tokenizer's own claim within BERT's 512): a pre-trained encoder is a starting point,
+    and a fine-tuning through transformers caps its --max_seq_length at this value
+    (run_glue.py's min(max_seq_length, model_max_length)), so a pre-training run's 128
+    must not stop a fine-tuning at 512 (which trains the later positions, as BERT's
+    second phase does)."""
     if tokenizer is None:
         return
     for name, path in tokenizer.files.items():
@@ -99,18 +121,19 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         loaded = load_bert_tokenizer(tokenizer.files["vocab.txt"], lowercase=lower, strip_accents=strip)
         (out_dir / "tokenizer.json").write_text(loaded.tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
     if "tokenizer_config.json" in tokenizer.files:
-        # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
-        # (AutoTokenizer truncates to model_max_length).
         config = json.loads((out_dir / "tokenizer_config.json").read_text())
-        if max_len > 512 and (config.get("model_max_length") or 0) < max_len:
+        if read_length is not None:
+            config["model_max_length"] = read_length
+        elif max_len > 512 and (config.get("model_max_length") or 0) < max_len:
+            # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
             config["model_max_length"] = max_len
-            (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     else:
         # strip_accents written out: transformers' BertTokenizer rebuilds its normalizer
         # from these two, and a lower-cased model trained with accents kept (non-Latin
         # text) must not have them stripped.
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "strip_accents": strip,
-                  "model_max_length": max_len, **SPECIAL_TOKENS_MAP}
+                  "model_max_length": read_length or max_len, **SPECIAL_TOKENS_MAP}
         (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     if "special_tokens_map.json" not in tokenizer.files:
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
@@ -209,7 +232,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
         if tokenizer is not None:
             hf_config.update(_special_ids(tokenizer, config))
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-        write_tokenizer(tmp, tokenizer, config.max_position_embeddings)
+        write_tokenizer(tmp, tokenizer, config.max_position_embeddings, reading_length(task))
         if task and task.get("sentence_transformers"):  # an embed run's: SentenceTransformer(dir) loads it
             write_sentence_files(tmp, task["sentence_transformers"])
         if task:
@@ -466,6 +489,9 @@ def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, whic
     if tok is None:
         raise BertmodelError(f"{source}: no tokenizer files stored with it; pass --tokenizer")
     task = {"architecture": pre.architecture, "hf_config": pre.head.get("hf_config")}
+    length = reading_length(pre.head)
+    if length is not None:  # a fine-tuned model's export reads what its run read (write_tokenizer)
+        task["options"] = {"max_seq_length": length}
     if pre.head.get("objective") == "rtd":  # an ELECTRA model says so: evaluate/predict refuse it, fill-mask finds its part
         task.update({k: pre.head[k] for k in ("name", "objective", "part") if k in pre.head})
     export_hf({"model": pre.state_dict, "config": pre.config.to_dict(), "task": task},

@@ -8,10 +8,11 @@
   config_sentence_transformers.json the prompts ("query", "document": our --query-prefix and
                                     --passage-prefix, which encode_query / encode_document
                                     prepend), cosine similarity
-  tokenizer_config.json             model_max_length = the passage length: sentence-transformers
-                                    has one length for every text (ours cuts queries at
-                                    --max-query-length, so a query longer than that is read
-                                    whole there)
+  tokenizer_config.json             model_max_length = the passage length (hf.write_tokenizer
+                                    writes it, as for every fine-tuned model's export):
+                                    sentence-transformers has one length for every text (ours
+                                    cuts queries at --max-query-length, so a query longer than
+                                    that is read whole there)
 This is sentence-transformers 6's layout (its own `save` writes the same files).
 """
 from __future__ import annotations
@@ -45,7 +46,8 @@ def _versions() -> dict:
 
 def write_sentence_files(out_dir, settings: dict) -> None:
     """settings: {"pooling", "dimension", "normalize", "query_prefix", "passage_prefix",
-    "max_seq_length"} (what tasks/embed.py records in its state)."""
+    "max_seq_length"} (what tasks/embed.py records in its state; the length goes into
+    tokenizer_config.json, which hf.write_tokenizer writes)."""
     out_dir = Path(out_dir)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling",
@@ -66,11 +68,6 @@ def write_sentence_files(out_dir, settings: dict) -> None:
           {"__version__": _versions(), "model_type": "SentenceTransformer", "default_prompt_name": None,
            "prompts": {"query": settings.get("query_prefix") or "", "document": settings.get("passage_prefix") or ""},
            "similarity_fn_name": "cosine"})
-    config_path = out_dir / "tokenizer_config.json"
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        config["model_max_length"] = int(settings["max_seq_length"])
-        config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def read_sentence_settings(directory) -> dict | None:
