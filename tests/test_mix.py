@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -196,3 +197,41 @@ def test_a_source_that_matches_nothing_or_holds_no_text(sources, tokenizer, tmp_
                                            "-q", *extra])
         assert result.exit_code == 1 and result.output.splitlines() == [message]
         assert not (tmp_path / "out").exists()
+
+
+def test_sizes_are_characters_of_the_text_read(sources):
+    """ko's size is the non-whitespace characters of its records' "content" (JSON left
+    out; a Hangul syllable one, not three bytes), counted here from the files."""
+    plan = measured(mix_spec(sources))
+    records = [json.loads(line)["content"] for path in sorted((sources / "ko").iterdir())
+               for line in path.read_text(encoding="utf-8").split("\n") if line]
+    assert plan.sizes["ko"] == sum(len("".join(text.split())) for text in records)
+    assert plan.documents["ko"] == len(records) == 240
+    assert plan.sizes["ko"] < sum(len(text.encode("utf-8")) for text in records) / 2
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_temperature_limits_on_real_sources(sources, temperature):
+    """T=1 reads every document exactly once; T=0 makes ko and en halves of the corpus
+    (ko, the larger, thinned; en repeated), each within its tolerance of N/2."""
+    spec = mix_spec(sources, "ko={root}/ko/*,en={root}/en/*", sampling_temperature=temperature)
+    stats = ReadStats()
+    documents = [tuple(d) for d in iter_documents(spec, stats)]
+    plan = stats.mix
+    natural = collections.Counter(tuple(d) for s in spec.mix for d in iter_documents(spec.source_spec(s)))
+    total = plan.total
+    if temperature == 1.0:
+        assert collections.Counter(documents) == natural
+        assert plan.kept_sizes == plan.sizes
+        return
+    for name in plan.sizes:
+        assert abs(plan.kept_sizes[name] - total / 2) <= plan.tolerance(name), name
+    assert plan.rates()["en"] > 1 > plan.rates()["ko"]
+    # Another seed keeps other ko documents, as many characters within the tolerance.
+    assert [tuple(d) for d in iter_documents(spec)] == documents  # the same seed, the same documents
+    other = ReadStats()
+    reseeded = {tuple(d) for d in iter_documents(replace(spec, mix_seed=1), other)}
+    ko = {tuple(d) for d in iter_documents(spec.source_spec(spec.mix[0]))}
+    assert set() < reseeded & ko < ko and set() < set(documents) & ko < ko  # both thin ko
+    assert reseeded & ko != set(documents) & ko
+    assert abs(other.mix.kept_sizes["ko"] - total / 2) <= other.mix.tolerance("ko")
