@@ -210,3 +210,113 @@ def test_korean_petitions_without_spaces_and_with_lists():
     sentences = split_sentences(petition("petitions_2017-08", 98))
     assert sentences[4:6] == ["방법은 아래와 같습니다.", "1. 어플리케이션 다운로드 홍보 2. 시민이 원하는 개선사항 혹은 정책 에 대한 글을 적을 수 있도록 합니다."]
     assert "5. 투표로 선정된 상위 5개의 정책 혹은 개선사항들을 공표합니다." in sentences
+
+
+# Sentence ends beside numbers, dates, abbreviations, quotes and brackets, the Korean
+# endings one by one, the danda and the CJK stops: each split written by hand.
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # An ellipsis ends a sentence after a Korean final ending (다 요 까 죠 네 오 음 함) only
+        ("어제 갔다... 그래서 왔다.", ["어제 갔다...", "그래서 왔다."]),
+        ("좋아요... 그래서 왔다.", ["좋아요...", "그래서 왔다."]),
+        ("그럴까... 모르겠다.", ["그럴까...", "모르겠다."]),
+        ("그렇죠... 그래서 왔다.", ["그렇죠...", "그래서 왔다."]),
+        ("좋네... 그래서 왔다.", ["좋네...", "그래서 왔다."]),
+        ("들어오시오... 그래서 왔다.", ["들어오시오...", "그래서 왔다."]),
+        ("제출했음... 다음 건.", ["제출했음...", "다음 건."]),
+        ("확인함... 다음 건.", ["확인함...", "다음 건."]),
+        ("힘들어요… 그래서 왔어요.", ["힘들어요…", "그래서 왔어요."]),
+        ("그런데… 저는 왔다.", ["그런데… 저는 왔다."]),
+        ("했습니다...그리고 갔다.", ["했습니다...", "그리고 갔다."]),
+        ("그런데...그리고 갔다.", ["그런데...그리고 갔다."]),
+        ("괜찮습니까? 네, 괜찮아요. 다행이네요! 그럼 가죠.", ["괜찮습니까?", "네, 괜찮아요.", "다행이네요!", "그럼 가죠."]),
+        ("정말요?? 네!! 좋아요.", ["정말요??", "네!!", "좋아요."]),
+        ("대박! 진짜 좋다.", ["대박!", "진짜 좋다."]),  # ! and ? end a sentence after any word
+        ("정말 끝. 이제 가자.", ["정말 끝.", "이제 가자."]),  # one syllable, not a list letter (가. 나.)
+        # Korean quotes: a quotative particle after the closing quote continues the sentence
+        ("그는 '알겠습니다.'라고 답했다. 끝났다.", ["그는 '알겠습니다.'라고 답했다.", "끝났다."]),
+        ('"정말요?" 그가 물었다.', ['"정말요?"', "그가 물었다."]),
+        ("그는 “괜찮아요.” 그녀는 웃었다.", ["그는 “괜찮아요.”", "그녀는 웃었다."]),
+        ("(참고 자료입니다.) 다음 내용입니다.", ["(참고 자료입니다.)", "다음 내용입니다."]),
+        # Korean dates: the dots of 2024. 3. 1. never end a sentence before Hangul
+        ("오늘은 2024. 3. 1. 삼일절입니다. 내일은 쉽니다.", ["오늘은 2024. 3. 1. 삼일절입니다.", "내일은 쉽니다."]),
+        ("행사는 2024. 3. 1.에 열립니다. 모두 오세요.", ["행사는 2024. 3. 1.에 열립니다.", "모두 오세요."]),
+        ("기간은 2024. 3. 1.~2024. 3. 31. 입니다. 감사합니다.", ["기간은 2024. 3. 1.~2024. 3. 31. 입니다.", "감사합니다."]),
+        ("The law took effect on 2024. 3. 1. It was new.", ["The law took effect on 2024. 3. 1.", "It was new."]),
+        ("It ended in 2023. 3 people died.", ["It ended in 2023.", "3 people died."]),
+        # numbers
+        ("성장률은 3.5%였다. 다음 해는 4.2%였다.", ["성장률은 3.5%였다.", "다음 해는 4.2%였다."]),
+        ("The rate was 3.5. Then it fell.", ["The rate was 3.5.", "Then it fell."]),
+        ("He scored 10. The team won.", ["He scored 10.", "The team won."]),
+        ("1. 첫째 항목입니다. 2. 둘째 항목입니다.", ["1. 첫째 항목입니다.", "2. 둘째 항목입니다."]),
+        ("가. 첫째입니다. 나. 둘째입니다.", ["가. 첫째입니다.", "나. 둘째입니다."]),
+        ("3.1절 행사입니다. 끝.", ["3.1절 행사입니다.", "끝."]),
+        # abbreviations
+        ("He moved to the U.S. in 1990. He liked it.", ["He moved to the U.S. in 1990.", "He liked it."]),
+        ("The U.S. Army left. Then peace came.", ["The U.S. Army left.", "Then peace came."]),
+        ("He wore No. 5 all season. He retired.", ["He wore No. 5 all season.", "He retired."]),
+        ("Fig. 3 shows it. Vol. 2 follows.", ["Fig. 3 shows it.", "Vol. 2 follows."]),
+        ("It costs 5 p. The end.", ["It costs 5 p.", "The end."]),
+        ("We met at 5 p.m. on Friday. Then we left.", ["We met at 5 p.m. on Friday.", "Then we left."]),
+        ("Dr. Kim and Prof. Lee met Mr. Park. They talked.", ["Dr. Kim and Prof. Lee met Mr. Park.", "They talked."]),
+        ("Sales rose in Jan. and Feb. of 2024. Then they fell.", ["Sales rose in Jan. and Feb. of 2024.", "Then they fell."]),
+        ("He lives on Baker St. in London. It is busy.", ["He lives on Baker St. in London.", "It is busy."]),
+        ("그래서 U.S. 정부는 반대했다. 끝났다.", ["그래서 U.S. 정부는 반대했다.", "끝났다."]),
+        # closing quotes and brackets after the terminator
+        ('She said, "It is over." Then she left.', ['She said, "It is over."', "Then she left."]),
+        ("He asked, 'Why?' Nobody answered.", ["He asked, 'Why?'", "Nobody answered."]),
+        ("It ended (finally). Then we left.", ["It ended (finally).", "Then we left."]),
+        ("(It was late.) We left.", ["(It was late.)", "We left."]),
+        ('"Stop!" he said. We stopped.', ['"Stop!" he said.', "We stopped."]),
+        # Hindi: the danda, ? and !, quotes
+        ("मैं घर जा रहा हूँ। तुम कहाँ हो? मुझे नहीं पता!", ["मैं घर जा रहा हूँ।", "तुम कहाँ हो?", "मुझे नहीं पता!"]),
+        ('राम ने कहा, "मैं जाऊँगा।" फिर वह चला गया।', ['राम ने कहा, "मैं जाऊँगा।"', "फिर वह चला गया।"]),
+        ("यह अच्छा है॥ वह भी।", ["यह अच्छा है॥", "वह भी।"]),
+        ("वाह! बहुत अच्छा।", ["वाह!", "बहुत अच्छा।"]),
+        # Chinese and Japanese: 。！？ and the halfwidth ｡, whatever follows
+        ("今天天气很好｡明天下雨｡", ["今天天气很好｡", "明天下雨｡"]),
+        ("今天天气很好。 明天下雨。", ["今天天气很好。", "明天下雨。"]),
+        ("你好！！我很好。", ["你好！！", "我很好。"]),
+        ("本当ですか？！はい。", ["本当ですか？！", "はい。"]),
+        ("「はい。」と答えた。次に行った。", ["「はい。」と答えた。", "次に行った。"]),
+        ("他说：「我们走吧。」然后走了。", ["他说：「我们走吧。」", "然后走了。"]),
+        # Cyrillic and Spanish sentence starts; a newline or no-break space after the stop
+        ("Он пришёл. Она ушла.", ["Он пришёл.", "Она ушла."]),
+        ("Hola. ¿Cómo estás?", ["Hola.", "¿Cómo estás?"]),
+        ("Hello.\nWorld.\xa0Again.", ["Hello.", "World.", "Again."]),
+    ],
+)
+def test_boundaries_at_the_edges(text, expected):
+    assert split_sentences(text) == expected
+
+
+def test_a_cjk_quote_is_tracked_back_300_characters():
+    """A 。 inside 「」 does not end the sentence; an opener more than 300 characters back
+    is taken as never closed, so the 。 does."""
+    quoted = "「" + "あ" * 250 + "。次。」終わり。次の文。"
+    assert split_sentences(quoted) == ["「" + "あ" * 250 + "。次。」", "終わり。", "次の文。"]
+    unclosed = "「" + "あ" * 350 + "。次の文。"
+    assert split_sentences(unclosed) == ["「" + "あ" * 350 + "。", "次の文。"]
+
+
+def test_splitting_real_text_loses_nothing_but_whitespace():
+    """Every character of 300 petitions, WikiText's paragraphs and the Hindi lines is in
+    exactly one sentence, in order; sentences are stripped and never empty."""
+    import gzip
+    import json
+
+    texts = [json.loads(line)["content"] for line in _lines(PETITIONS / "petitions_2019-06")[:300] if line]
+    texts += _lines(WIKITEXT)
+    texts += gzip.open(pathlib.Path(__file__).parent / "data" / "hindi-gnome-messages.txt.gz", "rt",
+                       encoding="utf-8").read().split("\n")
+    for text in texts:
+        sentences = split_sentences(text)
+        assert all(s and s == s.strip() for s in sentences)
+        assert "".join("".join(s.split()) for s in sentences) == "".join(text.split())
+
+
+def _lines(path: pathlib.Path) -> list[str]:
+    if not path.is_file():
+        pytest.skip(f"shared data not found at {path}")
+    return path.read_text(encoding="utf-8").split("\n")
