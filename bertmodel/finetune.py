@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from bertmodel.errors import BertmodelError
+from bertmodel.tasks.task_defaults import task_default
 from bertmodel.training.options import MEANINGFUL, LoopConfig
 from bertmodel.training.run import run_training
 
@@ -119,7 +120,8 @@ class FinetuneConfig(LoopConfig):
     """embed: text put before every query (e.g. "query: "); None: the source's prompt, else none."""
     passage_prefix: str | None = None
     """embed: text put before every passage (e.g. "passage: "); None: the source's prompt, else none."""
-    max_seq_length: int | None = None  # 128, or 384 for qa
+    max_seq_length: int | None = None
+    """Tokens per example, window or pair; None: the task's (tasks/task_defaults.py: 128, 384 for qa)."""
     max_train_examples: int | None = None
     """Train on the first N examples only (quick runs, learning curves, suites on a CPU)."""
     max_eval_examples: int | None = None
@@ -133,8 +135,8 @@ class FinetuneConfig(LoopConfig):
     max_answer_length: int = 30
     epochs: float = 3.0
     metric_for_best: str | None = None
-    """Metric that picks the model kept in RUN/hf (default accuracy, pearson for regression, f1 for qa
-    and for tokens: entity F1, ndcg@10 for rerank)."""
+    """Metric that picks the model kept in RUN/hf; None: the task's (tasks/task_defaults.py: accuracy,
+    pearson for regression, f1 for qa and for tokens' entities, ndcg@10 for embed and rerank)."""
     positive_label: str | None = None
     """The class binary F1 (the "f1" metric of two-class data) is computed for; default: id 1
     (label 1 of 0/1 data, the second label in sorted order for text labels)."""
@@ -178,7 +180,7 @@ class FinetuneConfig(LoopConfig):
         if self.task == "embed":
             self._check_embed_options()
         if self.max_seq_length is None:
-            self.max_seq_length = 384 if self.task == "qa" else 128
+            self.max_seq_length = task_default("max_seq_length", self.task)
         if self.epochs <= 0:
             raise BertmodelError(f"epochs must be positive, got {self.epochs}")
         if self.text_pair_column == "":

@@ -1,9 +1,14 @@
-"""Every command of both CLIs has a summary, help on every option and an example."""
+"""Every command of both CLIs has a summary, help on every option and an example, and
+each option's help states one default, the command's own."""
+import re
+
 import click
 import pytest
 from click.testing import CliRunner
 
 from bertmodel.cli import main as bertmodel_main
+from bertmodel.finetune import FinetuneConfig
+from bertmodel.tasks.task_defaults import TASK_DEFAULTS, task_default
 from bertprep.cli import main as bertprep_main
 
 COMMANDS = [(bertprep_main, name) for name in bertprep_main.commands] + [
@@ -115,3 +120,70 @@ def test_evaluate_takes_both_tasks_options_and_says_which_task_each_is_for():
         if param.opts[0] in every | {"--label-column"}:
             assert given[param.name] is None, param.opts[0]  # absent: the run's own option
     assert "Data options default to those the run was trained with" in shown
+
+
+def every_command(command: click.Command, path: tuple[str, ...]):
+    """(path, command) for `command` and everything under it, groups included."""
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from every_command(sub, path + (name,))
+
+
+EVERY = [*every_command(bertprep_main, ("bertprep",)), *every_command(bertmodel_main, ("bertmodel",))]
+STATED = re.compile(r"default:", re.IGNORECASE)  # click's "[default: x]" and a help's own "Default: x"
+
+
+def shown_help(command: click.Command, param: click.Option, path) -> str:
+    """The option's help as --help prints it (click adds its own [default: ...]), on one line."""
+    record = param.get_help_record(click.Context(command, info_name=path[-1]))
+    return " ".join(record[1].split()) if record else ""
+
+
+RENAMED = {"loss": "rerank_loss", "top_k": "rerank_top_k"}  # finetune rerank's options -> FinetuneConfig's
+
+
+def test_the_walk_reaches_every_command():
+    names = {" ".join(path) for path, _ in EVERY}
+    assert {"bertprep train-tokenizer", "bertmodel pretrain", "bertmodel finetune embed",
+            "bertmodel finetune rerank", "bertmodel eval-suite"} <= names
+    assert len(names) == 1 + 5 + 1 + 12 + 6
+
+
+@pytest.mark.parametrize("path, command", EVERY, ids=[" ".join(path) for path, _ in EVERY])
+def test_each_option_states_at_most_one_default_and_its_own(path, command):
+    """One default per option, and the one this command uses when the option is omitted:
+    click's default where click sets one, else, for the finetune options whose default
+    depends on the command (tasks/task_defaults.py), this command's row of that table, with
+    no click default beside it (one would be every command's, and say so)."""
+    task = path[2] if path[1:2] == ("finetune",) and len(path) == 3 else None
+    # What `finetune TASK` is given, and what the library makes of it, with every option omitted
+    given = command.make_context(task, ["--model", ".", "--out", "x"]).params if task else {}
+    library = FinetuneConfig(task=task, model=".", out="x") if task else None
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name == "help":
+            continue
+        text = shown_help(command, param, path)
+        where = f"{' '.join(path)} {param.opts[0]}: {text}"
+        assert len(STATED.findall(text)) <= 1, where
+        stated = re.search(r"default: ([^;\]]+)", text)
+        if task in TASK_DEFAULTS.get(param.name, {}):
+            assert given[param.name] is None, where  # click passes nothing: the command resolves it
+            assert stated and stated.group(1) == str(task_default(param.name, task)), where
+        elif task and stated and given.get(param.name) is not None:
+            # click's default is the library's own, and the config keeps it
+            field = RENAMED.get(param.name, param.name)
+            assert getattr(library, field) == given[param.name], where
+
+
+@pytest.mark.parametrize("task", sorted(TASK_DEFAULTS["max_seq_length"]))
+def test_the_shown_length_is_the_one_the_config_resolves(task):
+    """The config, not the table, resolves an omitted --max-seq-length: the two agree."""
+    assert FinetuneConfig(task=task, model=".", out="x").max_seq_length == task_default("max_seq_length", task)
+
+
+def test_embed_help_names_its_own_metric_and_split():
+    group = bertmodel_main.commands["finetune"]
+    shown = " ".join(CliRunner().invoke(group, ["embed", "--help"]).output.split())
+    assert "Eval metric picking the model kept in RUN/hf. [default: ndcg@10]" in shown
+    assert "Split to evaluate on. [default: validation; a BEIR directory's dev, else test]" in shown
+    assert "pearson" not in shown

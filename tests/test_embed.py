@@ -240,6 +240,23 @@ def test_a_finished_run_refuses_other_training_data(minilm_run, beir_dir, minilm
     assert (minilm_run / "metrics.jsonl").read_bytes() == before
 
 
+def test_the_run_records_the_beir_split_it_read(minilm_run, beir_dir, minilm):
+    """The run evaluated on the BEIR directory's dev split (its log says so; no
+    --validation-split was given): naming that split on resume is the same run, and
+    another split is refused as dev -> test, the split read, not the option's placeholder."""
+    command = ["finetune", "embed", "--model", minilm, "--train", beir_dir, "--validation", beir_dir,
+               "--out", minilm_run, *FAST, "--max-train-examples", "32", "--max-eval-examples", "40",
+               "--batch-size", "16", "--max-steps", "2", "--eval-every", "1", "--save-every", "1",
+               "--max-query-length", "64", "--max-passage-length", "64", "--query-prefix", "query: ",
+               "--passage-prefix", "passage: "]
+    same = invoke(*command, "--validation-split", "dev")
+    assert same.exit_code == 0 and "nothing to do" in same.output, same.output
+    other = invoke(*command, "--validation-split", "test")
+    assert other.exit_code == 1, other.output
+    error = next(line for line in other.output.splitlines() if line.startswith("Error:"))
+    assert f"validation: {beir_dir} split dev (sha256 " in error and f"-> {beir_dir} split test (sha256 " in error
+
+
 def test_gradcache_run_equals_the_plain_run(minilm, tmp_path):
     """--mini-batch-size changes the memory, not the training: the same losses (float32 on the CPU: the same kernels on chunks of
     other sizes, so equal to a few ulps, not bit for bit)."""

@@ -10,6 +10,7 @@ import click
 
 from bertmodel.cli.group import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.finetune import FinetuneConfig
+from bertmodel.tasks.task_defaults import shown_default
 from bertmodel.training.optim import OPTIMIZERS
 from bertprep.cli.kit import OneLineErrors, progress_option, user_errors
 
@@ -29,6 +30,13 @@ def _opt(name: str, defaults: bool = True, **kwargs):
             kwargs["default"] = default
             kwargs.setdefault("show_default", True)
     return click.option(name, **kwargs)
+
+
+def task_opt(name: str, task: str, help: str, **kwargs):
+    """An option whose default depends on the command (tasks/task_defaults.py): resolved
+    when omitted, so click sets none, and the help states `task`'s own."""
+    field = name.lstrip("-").replace("-", "_")
+    return click.option(name, help=f"{help} {shown_default(field, task)}", **kwargs)
 
 
 # Each task's own data options: `finetune classify|qa` take their task's, evaluate both.
@@ -85,8 +93,8 @@ def data_options(task: str | None, defaults: bool = True):
         opt("--train-split", help="Split to train on (datasets and DatasetDict dirs)."),
         opt("--validation-split", help="Split to evaluate on."),
         # Its default depends on the task (FinetuneConfig resolves None): shown, not set.
-        opt("--max-seq-length", type=click.IntRange(min=8), help=length_help + (
-            f" [default: {384 if task == 'qa' else 128}]" if task and defaults else "")),
+        task_opt("--max-seq-length", task, length_help, type=click.IntRange(min=8)) if task and defaults
+        else opt("--max-seq-length", type=click.IntRange(min=8), help=length_help),
     ]
     chosen: dict[str, tuple[dict, list[str]]] = {}  # option -> (settings, the tasks that take it)
     for name in (task,) if task else TASK_DATA_OPTIONS:
@@ -169,8 +177,7 @@ def training_options(task: str):
         _opt("--keep-last", type=click.IntRange(min=1), help="Newest checkpoints to keep; the best model's "
              "checkpoint is kept as well."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
-        _opt("--metric-for-best", help="Eval metric picking the model kept in RUN/hf [default: accuracy; pearson "
-             "for regression; f1 for qa and tokens (entity F1)]."),
+        task_opt("--metric-for-best", task, "Eval metric picking the model kept in RUN/hf."),
         *([_opt("--num-labels", type=click.IntRange(min=1), help="Classes (1 = regression) [default: from the "
                 "data].")] if task == "classify" else []),
         _opt("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the model dir carries none."),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from bertmodel.cli.finetune import TaskCommand, _apply, _opt, _run, finetune, training_options
+from bertmodel.cli.finetune import TaskCommand, _apply, _opt, _run, finetune, task_opt, training_options
 from bertmodel.cli.group import CONTEXT_SETTINGS
 from bertprep.cli.kit import user_errors
 
@@ -12,7 +12,7 @@ EMBED_OPTIONS = [
     _opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
     _opt("--dataset-config", help="The dataset's configuration."),
     _opt("--train-split", help="Split to train on (datasets, DatasetDict dirs, a BEIR directory's qrels)."),
-    _opt("--validation-split", help="Split to evaluate on [default: a BEIR directory's dev, else test]."),
+    task_opt("--validation-split", "embed", "Split to evaluate on."),
     _opt("--query-column", help="Column holding the query [default: anchor, query or question]."),
     _opt("--positive-column", help="Column holding the positive passage [default: positive]."),
     _opt("--negative-column", help="Hard negatives: comma-separated columns or one list column [default: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from bertmodel.cli.finetune import _DEFAULTS, TaskCommand, _apply, _opt, _run, finetune, training_options
+from bertmodel.cli.finetune import _DEFAULTS, TaskCommand, _apply, _opt, _run, finetune, task_opt, training_options
 from bertmodel.cli.group import CONTEXT_SETTINGS
 from bertprep.cli.kit import user_errors
 
@@ -16,13 +16,13 @@ RERANK_OPTIONS = [
     _opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
     _opt("--dataset-config", help="The dataset's configuration."),
     _opt("--train-split", help="Split to train on (datasets and DatasetDict dirs)."),
-    _opt("--validation-split", help="Split to evaluate on."),
+    task_opt("--validation-split", "rerank", "Split to evaluate on."),
     _opt("--loss", type=click.Choice(["bce", "listwise"]), default=_DEFAULTS[LOSS_FIELD], show_default=True,
          help="bce: binary cross-entropy of each labelled pair's logit; listwise: softmax cross-entropy over a "
               "query's positive and its hard negatives."),
     _opt("--top-k", type=click.IntRange(min=1), default=_DEFAULTS["rerank_top_k"], show_default=True, help="With a BEIR directory as --validation: "
          "BM25's top k of each query reranked at every evaluation, scored with trec_eval's measures."),
-    _opt("--max-seq-length", type=click.IntRange(min=8), help="Tokens per pair (query + passage) [default: 128]."),
+    task_opt("--max-seq-length", "rerank", "Tokens per pair (query + passage).", type=click.IntRange(min=8)),
     _opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: read the first token (cls) "
          "or the mean of the real tokens (mean) as the pair's vector, as transformers' config field. Default: the "
          "model's own."),

@@ -22,6 +22,7 @@ from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.training.metrics import encoder_flops
 from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
+from bertmodel.tasks.task_defaults import task_default
 
 
 def read_table_choices(cfg, table: Table, labels_required: bool = True, blank_ok: bool = False) -> ChoiceExamples:
@@ -94,7 +95,8 @@ class MultipleChoiceTask(FinetuningTask):
                 f"{self.train_set.encoded.fit_note()})" + (f"; validation: {seen}" if seen else ""))
         elif seen:
             log(f"validation: {seen}")
-        self.best_metric = best_metric(cfg.metric_for_best, "accuracy", self.metric_names())
+        self.best_metric = best_metric(cfg.metric_for_best, task_default("metric_for_best", "choice"),
+                                       self.metric_names())
 
     def encode(self, examples: ChoiceExamples) -> EncodedChoices:
         return encode_choices(self.tok, examples, self.cfg.max_seq_length)

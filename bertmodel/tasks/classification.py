@@ -22,6 +22,7 @@ from bertmodel.eval.classification import classification_metrics, json_ready, re
 from bertmodel.training.metrics import encoder_flops
 from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
+from bertmodel.tasks.task_defaults import task_default
 
 
 def read_split(cfg, which: str, labels_required: bool = True) -> LabelledTexts | None:
@@ -110,7 +111,8 @@ class ClassificationTask(FinetuningTask):
         if self.positive is not None and train is not None:
             log(f"f1 is the F1 of the positive label {self.labels.labels[self.positive]!r} (id {self.positive}); "
                 "--positive-label chooses the other")
-        self.best_metric = best_metric(cfg.metric_for_best, "pearson" if self.labels.regression else "accuracy",
+        self.best_metric = best_metric(cfg.metric_for_best, "pearson" if self.labels.regression
+                                       else task_default("metric_for_best", "classify"),
                                        self.metric_names())
 
     def _read_columns(self, data: LabelledTexts) -> str | None:

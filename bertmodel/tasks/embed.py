@@ -41,6 +41,7 @@ from bertmodel.model.contrastive import duplicate_mask
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.training.metrics import encoder_flops
 from bertmodel.tasks.finetuning import FinetuningTask, IntervalStats, best_metric, split_identity, start_from
+from bertmodel.tasks.task_defaults import task_default
 
 
 def read_split(cfg, which: str) -> Pairs | BeirData | None:
@@ -192,7 +193,8 @@ class EmbedTask(FinetuningTask):
             v = self.validation
             log(f"validation: {len(v.queries):,} queries over {len(v.corpus):,} passages from {v.source}"
                 + (f" (split {v.split})" if v.split != "validation" else " (pairs as a collection)"))
-        self.best_metric = best_metric(cfg.metric_for_best, "ndcg@10", self.metric_names())
+        self.best_metric = best_metric(cfg.metric_for_best, task_default("metric_for_best", "embed"),
+                                       self.metric_names())
 
     def _settings(self) -> dict:
         """How texts are read: the options, else the source's own (a sentence-transformers
@@ -279,7 +281,9 @@ class EmbedTask(FinetuningTask):
 
     def inputs(self) -> dict:
         cfg = self.cfg
-        return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation"),
+        # A BEIR directory's split as read (dev or test), not the option's "validation"
+        read = self.validation.split if cfg.validation and is_beir_dir(cfg.validation) else None
+        return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation", read),
                 "columns": {"query": cfg.query_column, "positive": cfg.positive_column,
                             "negative": cfg.negative_column},
                 "reading": {k: self.settings[k] for k in ("query_prefix", "passage_prefix", "max_query_length",

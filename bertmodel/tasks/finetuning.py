@@ -52,11 +52,12 @@ def _random_preset(preset: str, tokenizer: str | None, architecture: str) -> tup
     return Pretrained(config, {}, tok, Path(f"{RANDOM_PREFIX}{preset}"), architecture="none"), tok
 
 
-def split_identity(cfg, which: str) -> dict | None:
+def split_identity(cfg, which: str, read: str | None = None) -> dict | None:
     """How a run records its train or validation data (training/run_dir.py): a file or
     save_to_disk directory by content (and the split read from it), a hub dataset by
-    name, config and split."""
-    path, split = getattr(cfg, which), getattr(cfg, f"{which}_split")
+    name, config and split. `read`: the split the task resolved when the option names
+    none of the source's own (a BEIR directory's dev or test for "validation")."""
+    path, split = getattr(cfg, which), read or getattr(cfg, f"{which}_split")
     if path:
         identity = source_identity(path)
         return {**identity, "split": split} if Path(path).is_dir() else identity

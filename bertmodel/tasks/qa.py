@@ -23,6 +23,7 @@ from bertmodel.eval.squad_metric import squad_metric
 from bertmodel.training.metrics import encoder_flops
 from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
+from bertmodel.tasks.task_defaults import task_default
 
 
 def read_examples(cfg, which: str):
@@ -89,7 +90,8 @@ class QATask(FinetuningTask):
         self.validation_windows = None
         if self.validation is not None:
             self.validation_windows = WindowSet(self._features(self.validation, training=False), pad, multiple)
-        self.best_metric = best_metric(cfg.metric_for_best, "f1", self.metric_names())
+        self.best_metric = best_metric(cfg.metric_for_best, task_default("metric_for_best", "qa"),
+                                       self.metric_names())
         if evaluation_only:
             if self.validation is not None:
                 features = self.validation_windows.features

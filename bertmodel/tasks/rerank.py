@@ -37,6 +37,7 @@ from bertmodel.model.rerank_heads import RERANKERS
 from bertmodel.training.metrics import encoder_flops
 from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
                                         split_identity, start_from)
+from bertmodel.tasks.task_defaults import task_default
 
 # What a CrossEncoder applies to the logit in predict(): nothing, so its scores are our
 # logits (config.json's sentence_transformers.activation_fn; its default for one label
@@ -160,7 +161,8 @@ class RerankTask(FinetuningTask):
                 + (f"; validation: {seen}" if seen else ""))
         elif seen:
             log(f"validation: {seen}")
-        self.best_metric = best_metric(cfg.metric_for_best, "ndcg@10", self.metric_names())
+        self.best_metric = best_metric(cfg.metric_for_best, task_default("metric_for_best", "rerank"),
+                                       self.metric_names())
 
     def _read_collection(self, cfg, log) -> None:
         """A BEIR directory as validation: BM25's top --top-k of each query (computed once)
@@ -284,7 +286,8 @@ class RerankTask(FinetuningTask):
     def inputs(self) -> dict:
         """What this run trains and evaluates on (compared on resume: training/run_dir.py)."""
         cfg = self.cfg
-        return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation"),
+        read = self.collection.split if self.collection is not None else None  # a BEIR directory's dev or test
+        return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation", read),
                 "columns": {"query": cfg.query_column, "passage": cfg.passage_column, "label": cfg.label_column,
                             "positive": cfg.positive_column, "negative": cfg.negative_column,
                             "no_header": cfg.no_header},

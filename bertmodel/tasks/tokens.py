@@ -28,6 +28,7 @@ from bertmodel.training.metrics import encoder_flops
 from bertprep.tokenizer import span_end
 from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, forward_all, split_identity,
                                         start_from)
+from bertmodel.tasks.task_defaults import task_default
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ class TokenClassificationTask(FinetuningTask):
             if data is not None and data.windows.cut_words:  # the only thing a window ever cuts
                 log(f"warning: {name}: {data.windows.cut_words:,} words longer than a window of "
                     f"{cfg.max_seq_length} tokens lost their last pieces (each is still predicted from its first)")
-        self.best_metric = best_metric(cfg.metric_for_best, "f1" if tag_set.entities else "accuracy",
+        self.best_metric = best_metric(cfg.metric_for_best,
+                                       task_default("metric_for_best", "tokens") if tag_set.entities else "accuracy",
                                        self.metric_names())
 
     def _windows(self, data: TaggedSentences) -> WordWindows:
