@@ -9,6 +9,7 @@ takes the run; bad option combinations are one-line errors."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from bertmodel.cli import main
 from bertmodel.data import ShardDataset
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.hf import load_pretrained
-from bertmodel.model.rtd import ReplacedTokenDetection
+from bertmodel.model.rtd import ReplacedTokenDetection, RTDOutput
 from bertmodel.training import checkpoint as ckpt
 from bertprep.cli import main as bertprep_main
 from shared_data import SHARED_DATA
@@ -58,8 +59,28 @@ def batch_of(shards, rows: int = 6) -> dict:
     return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
 
+def replayed_evaluation(checkpoint, shards, eval_batches: int) -> dict:
+    """The evaluation of a checkpoint's model done again here: the first eval_batches
+    batches of the held-out shards in file order, dropout off, the generator's noise from
+    a stream of its own seeded seed x 1000 (rank 0), the figures by their definitions."""
+    train = ckpt.load_checkpoint(checkpoint)["train"]
+    model = our_model(checkpoint)
+    data = ShardDataset([open_shard_dir(shards)])
+    size = train["batch_size"]
+    noise = torch.Generator().manual_seed(train["seed"] * 1000)
+    outs, batches = [], []
+    for s in range(eval_batches):
+        arrays = data.collate(np.arange(s * size, (s + 1) * size), model.config.max_position_embeddings)
+        batch = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        with torch.no_grad():
+            outs.append(model(**batch, sample_generator=noise))
+        batches.append(batch)
+    return figures_by_definition(outs, batches)
+
+
 def our_model(run) -> ReplacedTokenDetection:
-    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
+    """The model of a run's latest checkpoint, or of a checkpoint directory."""
+    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(run) or run)
     from bertmodel.model.config import config_from_dict
 
     model = ReplacedTokenDetection(config_from_dict(state["config"]), config_from_dict(state["task"]["generator_config"]))
@@ -70,7 +91,8 @@ def our_model(run) -> ReplacedTokenDetection:
 @pytest.mark.parametrize("architecture", ["bert", "modernbert"])
 def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, architecture):
     run = tmp_path / "run"
-    result = pretrain(shards, run, "--architecture", architecture, "--eval-data", shards, "--eval-batches", 2)
+    result = pretrain(shards, run, "--architecture", architecture, "--eval-data", shards, "--eval-batches", 2,
+                      "--eval-every", 3, "--save-every", 3, "--keep-last", 4)
     assert "RUN/generator" in result.output and "replaced-token detection" in result.output
     assert "unpadded" not in result.output  # --unpad auto: pre-training stays padded on the CPU, whatever the heads
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -79,6 +101,16 @@ def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, ar
         assert key in train[-1] and f"eval_{key}" in evals[-1], key
     assert 0.05 < train[-1]["replaced_share"] < 0.2  # about the 15% masked, less the samples that hit the original
     assert train[-1]["loss"] == pytest.approx(train[-1]["mlm_loss"] + 50 * train[-1]["disc_loss"], rel=1e-6)
+    # The evaluations' figures, recomputed from the checkpoints' outputs on the held-out
+    # batches: the same float32 outputs, so equal to float64 rounding of the ratios. At
+    # step 3 the discriminator still calls some tokens replaced (its precision is a number);
+    # by step 12 it calls none, which metrics.jsonl writes as null (nan: nothing to measure).
+    by_step = {r["step"]: r for r in evals}
+    assert sorted(by_step) == [3, 6, 9, 12]
+    for step in (3, 12):
+        logged = {k: math.nan if v is None else v for k, v in by_step[step].items() if k != "step"}
+        replayed = replayed_evaluation(run / "checkpoints" / f"step-{step}", shards, eval_batches=2)
+        assert {f"eval_{k}": v for k, v in replayed.items()} == pytest.approx(logged, rel=1e-12, nan_ok=True)
 
     ours = our_model(run)
     batch = batch_of(shards)
@@ -136,6 +168,14 @@ def test_a_stopped_run_resumes_to_the_same_weights(shards, tmp_path, architectur
     assert a["step"] == b["step"] == 12
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
+    # The interval cut by the stop (steps 4-6) is logged whole after the resume: every
+    # logged figure as in the uninterrupted run.
+    figures = ("loss", "mlm_loss", "disc_loss", "mlm_acc", "disc_acc", "disc_precision", "disc_recall",
+               "replaced_share")
+    logged = {run: [json.dumps({k: r[k] for k in ("step", *figures)})
+                    for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())]
+              for run in ("straight", "resumed")}
+    assert logged["straight"] == logged["resumed"] and len(logged["straight"]) == 4
     assert {k for k in a["model"] if k.startswith("generator.")} and {k for k in a["model"]
                                                                       if k.startswith("discriminator.")}
 
@@ -317,3 +357,96 @@ def test_plot_draws_the_electra_figures(shards, tmp_path):
     keys = eval_keys(read_metrics(run))
     assert {"eval_disc_acc", "eval_disc_recall", "eval_mlm_acc", "eval_replaced_share", "eval_disc_loss"} <= set(keys)
     assert invoke(main, "plot", run).output == f"wrote {run / 'curves.png'} (1 run)\n"
+
+
+# --- the figures, recomputed from the definitions ---------------------------------------------
+
+def figures_by_definition(outs: list, batches: list[dict]) -> dict:
+    """ELECTRA's figures over several micro-batches, written out in float64 numpy from
+    their definitions: counts summed over the batches, then divided (a ratio of sums, not
+    a mean of per-batch ratios); the losses a mean over the micro-batches (each already a
+    mean). Real tokens are those with attention_mask 1 ([CLS] and [SEP] among them, padding
+    not); "predicted replaced" is a logit above 0; the MLM figures read real slots only."""
+    counts = dict.fromkeys(("tp", "predicted", "replaced", "correct", "real", "mlm_correct", "mlm_total"), 0)
+    losses = {"loss": [], "mlm_loss": [], "disc_loss": []}
+    for out, batch in zip(outs, batches):
+        real = np.asarray(batch["attention_mask"]) == 1
+        logits = np.asarray(out.disc_logits, np.float64)[real]
+        truth = np.asarray(out.replaced)[real]
+        guess = logits > 0
+        counts["tp"] += int((guess & truth).sum())
+        counts["predicted"] += int(guess.sum())
+        counts["replaced"] += int(truth.sum())
+        counts["correct"] += int((guess == truth).sum())
+        counts["real"] += int(real.sum())
+        labels = np.asarray(batch["masked_lm_labels"])
+        slots = labels != -100
+        argmax = np.asarray(out.mlm_logits, np.float64).argmax(-1)
+        counts["mlm_correct"] += int((argmax[slots] == labels[slots]).sum())
+        counts["mlm_total"] += int(slots.sum())
+        for key in losses:
+            losses[key].append(float(getattr(out, key)))
+    c = counts
+    return {**{key: float(np.mean(values)) for key, values in losses.items()},
+            "mlm_acc": c["mlm_correct"] / c["mlm_total"], "disc_acc": c["correct"] / c["real"],
+            "disc_precision": c["tp"] / c["predicted"] if c["predicted"] else float("nan"),
+            "disc_recall": c["tp"] / c["replaced"] if c["replaced"] else float("nan"),
+            "replaced_share": c["replaced"] / c["real"]}
+
+
+def made_up_output(loss, mlm_loss, disc_loss, mlm_argmax, vocab, disc_logits, replaced) -> RTDOutput:
+    """An RTDOutput with chosen figures: the generator's logits peak at mlm_argmax."""
+    argmax = torch.tensor(mlm_argmax)
+    mlm_logits = torch.nn.functional.one_hot(argmax, vocab).float() * 4.0 - 1.0  # (B, P, V)
+    exact = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731 - 0.04 as written, not its float32
+    return RTDOutput(exact(loss), exact(mlm_loss), exact(disc_loss), mlm_logits,
+                     torch.tensor(disc_logits), torch.tensor(replaced))
+
+
+# Two micro-batches whose per-batch ratios differ, so a mean of ratios is told from the
+# ratio of sums. Batch one: row 0 is [CLS] a b c [SEP], row 1 [CLS] a [SEP] and two pads.
+# The discriminator calls [CLS] of row 0 replaced (a false positive that counts: [CLS] is
+# a real token), logit 0 is "original" (sigmoid 0.5 is not above it), the pads carry
+# large logits (and one pad a stray "replaced") that must count nowhere; row 1's second
+# prediction slot is padding (label -100): no slot of the MLM accuracy.
+HAND_BATCHES = [
+    {"attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]),
+     "masked_lm_labels": torch.tensor([[2, 3], [1, -100]])},
+    {"attention_mask": torch.tensor([[1, 1, 1, 1]]), "masked_lm_labels": torch.tensor([[0, 1]])},
+]
+HAND_OUTS = [
+    made_up_output(3.0, 1.0, 0.04, [[2, 0], [1, 3]], 4,
+                   [[2.0, 1.0, -1.0, -0.5, -3.0], [-1.0, 0.5, 0.0, 5.0, 3.0]],
+                   [[False, True, False, True, False], [False, False, False, False, True]]),
+    made_up_output(5.0, 2.0, 0.06, [[0, 1]], 4, [[-1.0, 2.0, 3.0, -1.0]], [[False, True, True, True]]),
+]
+
+
+def test_rtd_figures_are_ratios_of_sums_over_real_tokens():
+    from bertmodel.tasks.rtd import RTDStats
+
+    stats = RTDStats(torch.device("cpu"))
+    for out, batch in zip(HAND_OUTS, HAND_BATCHES):
+        stats.add(out, batch)
+    got = RTDStats.summarize(stats.totals())
+    # By hand: batch one has 8 real tokens, TP 1 (row 0 "a"), FP 2 ([CLS] of row 0, row
+    # 1's "a"), FN 1, TN 4; MLM 2 of 3 real slots. Batch two: TP 2, FN 1, TN 1; MLM 2 of 2.
+    want = {"loss": 4.0, "mlm_loss": 1.5, "disc_loss": 0.05, "mlm_acc": 4 / 5, "disc_acc": 8 / 12,
+            "disc_precision": 3 / 5, "disc_recall": 3 / 5, "replaced_share": 5 / 12}
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12), key
+    assert figures_by_definition(HAND_OUTS, HAND_BATCHES) == pytest.approx(want, rel=1e-12)
+    # A new interval starts from nothing: batch two alone.
+    stats.reset()
+    stats.add(HAND_OUTS[1], HAND_BATCHES[1])
+    alone = RTDStats.summarize(stats.totals())
+    assert alone == pytest.approx({"loss": 5.0, "mlm_loss": 2.0, "disc_loss": 0.06, "mlm_acc": 1.0, "disc_acc": 0.75,
+                                   "disc_precision": 1.0, "disc_recall": 2 / 3, "replaced_share": 0.75}, rel=1e-12)
+    # Nothing called replaced: precision has nothing to measure (nan), recall is 0.
+    quiet = made_up_output(1.0, 1.0, 0.0, [[0, 1]], 4, [[-1.0, -2.0, -3.0, -1.0]], [[False, True, True, False]])
+    stats.reset()
+    stats.add(quiet, HAND_BATCHES[1])
+    summary = RTDStats.summarize(stats.totals())
+    assert math.isnan(summary["disc_precision"]) and summary["disc_recall"] == 0.0
+    assert summary["disc_acc"] == 0.5 and summary["replaced_share"] == 0.5
