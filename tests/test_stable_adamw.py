@@ -3,7 +3,8 @@
 binds (a gradient far above its running second moment) and steps where it does not;
 equal to torch.optim.AdamW wherever it does not bind (its weight decay scaled to the
 fully decoupled form); its options on the trainer (global clipping off by default), and
-a pretrain run that resumes from its checkpointed state bit for bit."""
+a pretrain run that resumes from its checkpointed state bit for bit; the optimizer alone
+resumed through a checkpoint (also with another peak lr), and which tensors it decays."""
 from __future__ import annotations
 
 import json
@@ -34,17 +35,19 @@ def gradient(step: int, scale: float) -> list[torch.Tensor]:
     return [torch.randn(*s, generator=g, dtype=torch.float64) * scale for s in SHAPES]
 
 
-def reference(params, grads_per_step, lrs, decays):
+def reference(params, grads_per_step, lrs, decays, peaks=None):
     """Algorithm 2 (StableAdamW) of arXiv 2304.13013, one tensor at a time: v (first
     moment) and u (second) with the debiased betas, RMS_t = sqrt(E[g^2 / max(u, eps^2)]),
     eta_t = alpha_t / max(1, RMS_t), then theta -= eta_t (lambda / alpha_max) theta +
-    eta_t v / (sqrt(u) + eps). Returns the parameters after every step and the RMS seen."""
+    eta_t v / (sqrt(u) + eps); alpha_max the step's entry of `peaks` (PEAK throughout when
+    None). Returns the parameters after every step and the RMS seen."""
     beta1, beta2 = BETAS
     theta = [p.clone() for p in params]
     v = [torch.zeros_like(p) for p in params]
     u = [torch.zeros_like(p) for p in params]
     history, rms_seen = [], []
-    for t, (grads, lr) in enumerate(zip(grads_per_step, lrs), start=1):
+    peaks = peaks or [PEAK] * len(lrs)
+    for t, (grads, lr, peak) in enumerate(zip(grads_per_step, lrs, peaks), start=1):
         b1 = beta1 * (1 - beta1 ** (t - 1)) / (1 - beta1 ** t)
         b2 = beta2 * (1 - beta2 ** (t - 1)) / (1 - beta2 ** t)
         rms_step = []
@@ -53,7 +56,7 @@ def reference(params, grads_per_step, lrs, decays):
             u[i] = b2 * u[i] + (1 - b2) * g * g
             rms = math.sqrt(float(torch.mean(g * g / torch.clamp(u[i], min=EPS ** 2))))
             eta = lr / max(1.0, rms)
-            theta[i] = theta[i] - eta * (decays[i] / PEAK) * theta[i] - eta * v[i] / (torch.sqrt(u[i]) + EPS)
+            theta[i] = theta[i] - eta * (decays[i] / peak) * theta[i] - eta * v[i] / (torch.sqrt(u[i]) + EPS)
             rms_step.append(rms)
         history.append([p.clone() for p in theta])
         rms_seen.append(rms_step)
@@ -164,6 +167,96 @@ def test_a_resumed_optimizer_keeps_its_peak_lr_and_state():
         resumed.step()
     for x, y in zip(again, straight):
         assert torch.equal(x.detach(), y)
+
+
+def stepped(optimizer, leaves, grads_per_step, lrs) -> None:
+    for grads, lr in zip(grads_per_step, lrs):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for p, g in zip(leaves, grads):
+            p.grad = g.clone()
+        optimizer.step()
+
+
+def fresh(params, peak: float = PEAK):
+    leaves = [torch.nn.Parameter(p.clone()) for p in params]
+    groups = [{"params": [p], "weight_decay": d} for p, d in zip(leaves, DECAYS)]
+    return leaves, StableAdamW(groups, lr=peak, betas=BETAS, eps=EPS)
+
+
+@pytest.mark.parametrize("stop", [1, 4, 7])
+def test_a_resume_through_a_checkpoint_continues_bit_for_bit(tmp_path, stop):
+    """Ten steps straight, or `stop` steps, a checkpoint written and read back as the
+    trainer does (checkpoint.save_checkpoint / load_checkpoint), a new optimizer over the
+    saved weights loading its state, and the rest: the same weights and the same state,
+    bit for bit (step counts, both moments), with the 1000x spike of step 6, which the
+    per-tensor RMS clips, on either side of the stop."""
+    params = start(3)
+    grads = [gradient(t, s) for t, s in enumerate(SCALES)]
+    leaves, straight = fresh(params)
+    stepped(straight, leaves, grads, LRS)
+    first, opt = fresh(params)
+    stepped(opt, first, grads[:stop], LRS[:stop])
+    ckpt.save_checkpoint(tmp_path, {"step": stop, "optimizer": opt.state_dict(),
+                                    "model": {f"p{i}": p.detach() for i, p in enumerate(first)}})
+    saved = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path))
+    again, resumed = fresh([saved["model"][f"p{i}"] for i in range(len(params))])
+    resumed.load_state_dict(saved["optimizer"])
+    stepped(resumed, again, grads[stop:], LRS[stop:])
+    for x, y in zip(again, leaves):
+        assert torch.equal(x.detach(), y.detach())
+    for x, y in zip(again, leaves):
+        a, b = resumed.state[x], straight.state[y]
+        assert a.keys() == b.keys() == {"step", "exp_avg", "exp_avg_sq"}
+        assert float(a["step"]) == float(b["step"]) == len(SCALES)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [g["peak_lr"] for g in resumed.param_groups] == [PEAK] * len(DECAYS)
+
+
+def test_a_resume_with_another_peak_lr_decays_relative_to_the_new_one():
+    """--lr may change on resume: the schedule then scales the new peak, and the fully
+    decoupled decay is relative to it (not to the checkpoint's peak), the moments and step
+    counts carried on: Algorithm 2 with alpha_max switching at the resume."""
+    params = start(4)
+    grads = [gradient(t, s) for t, s in enumerate(SCALES)]
+    stop, new_peak = 4, 3 * PEAK
+    lrs = LRS[:stop] + [lr * new_peak / PEAK for lr in LRS[stop:]]
+    peaks = [PEAK] * stop + [new_peak] * (len(lrs) - stop)
+    want, rms = reference(params, grads, lrs, DECAYS, peaks)
+    assert any(r > 1 for step in rms[stop:] for r in step)  # the clipping binds after the resume
+    first, opt = fresh(params)
+    stepped(opt, first, grads[:stop], lrs[:stop])
+    again, resumed = fresh([p.detach() for p in first], peak=new_peak)
+    resumed.load_state_dict(opt.state_dict())
+    assert [g["peak_lr"] for g in resumed.param_groups] == [new_peak] * len(DECAYS)
+    stepped(resumed, again, grads[stop:], lrs[stop:])
+    for x, y in zip(again, want[-1]):
+        torch.testing.assert_close(x.detach(), y, rtol=1e-12, atol=1e-15)  # float64: as the step test
+
+
+def test_weight_decay_skips_biases_and_layernorm_of_a_model():
+    """build_optimizer over a real model: with zero gradients the moments stay 0, the RMS
+    is 0 (so lr_t = lr) and the step is the decay alone: at lr = the peak every matrix
+    (embedding tables included, BERT's convention) is multiplied by 1 - weight_decay,
+    every bias and LayerNorm weight is left exactly as it was."""
+    from bertmodel.model import BertConfig, BertForPreTraining
+    from bertmodel.training.optim import build_optimizer
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=32))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = build_optimizer(model, "stable-adamw", PEAK, 0.1, torch.device("cpu"), betas=BETAS, eps=EPS)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    kept = {n for n in before if "LayerNorm" in n or n.endswith("bias")}
+    assert kept and len(kept) < len(before)
+    for name, p in model.named_parameters():
+        if name in kept:
+            assert torch.equal(p.detach(), before[name]), name
+        else:  # float32 weights: 1 - 0.1 and the product each rounded in float32 (6e-8 apiece)
+            torch.testing.assert_close(p.detach().double(), before[name].double() * 0.9, rtol=3e-7, atol=0,
+                                       msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_the_trainers_options():
