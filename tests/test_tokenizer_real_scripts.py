@@ -14,10 +14,13 @@ from __future__ import annotations
 import gzip
 import json
 import pathlib
+import re
 import unicodedata
 
 import pytest
+from click.testing import CliRunner
 
+from bertprep.cli import main
 from bertprep.tokenizer import TokenizerTrainingConfig, load_tokenizer, train_tokenizer
 from shared_data import SHARED_DATA
 
@@ -116,3 +119,34 @@ def test_hindi_defaults_keep_devanagari_marks(tmp_path):
     unk_rows, spelled = _measure(tok, heldout)
     assert unk_rows <= UNK_ROWS_MAX, unk_rows
     assert spelled >= ROUND_TRIP_MIN, spelled
+
+
+def _train_one_file(out, vocab_size: int) -> str:
+    """`bertprep train-tokenizer` on one petitions file (1.8 MB), as docs/inputs.md's recipe
+    reads them; the alphabet line it prints."""
+    result = CliRunner().invoke(main, ["train-tokenizer", str(KOREAN / "petitions" / "petitions_2017-08"),
+                                       "--text-field", "content", "--sentences", "split", "--out", str(out),
+                                       "--vocab-size", str(vocab_size), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return next(line for line in result.output.splitlines() if line.startswith("alphabet: "))
+
+
+def test_a_sample_too_small_for_hangul_names_the_vocabulary_it_needs(tmp_path):
+    """One petitions file keeps fewer syllables than the four: the 2,350 of KS X 1001 do
+    not fit in a quarter of 10,000 entries, and 재밌다 is [UNK]. The message names the
+    size this sample needs; one entry less still leaves Hangul out, that size takes it in."""
+    if not (KOREAN / "petitions" / "petitions_2017-08").is_file():
+        pytest.skip(f"shared Korean data not found at {KOREAN}")
+    line = _train_one_file(tmp_path / "small", 10_000)
+    named = re.search(r"no room for the repertoire of Hangul: it needs --vocab-size >= ([\d,]+) for this sample",
+                      line)
+    assert named, line
+    needed = int(named.group(1).replace(",", ""))
+    assert needed > 10_000
+    assert "[UNK]" in load_tokenizer(tmp_path / "small").tokenizer.encode("재밌다").tokens
+    assert f"it needs --vocab-size >= {needed:,}" in _train_one_file(tmp_path / "one-less", needed - 1)
+    line = _train_one_file(tmp_path / "enough", needed)
+    assert "no room" not in line and re.search(r"added: .*[\d,]+ Hangul", line), line
+    tok = load_tokenizer(tmp_path / "enough")
+    assert tok.tokenizer.encode("재밌다", add_special_tokens=False).tokens == ["재", "##밌", "##다"]
+    assert {"재", "밌", "다"} <= set(tok.vocab) and {"##밌", "##다"} <= set(tok.vocab)

@@ -118,7 +118,9 @@ def _alphabet_line(report) -> str:
     if added:
         line += f"; everyday characters the sample lacks added: {added}"
     if report.alphabet_not_completed:
-        line += f"; no room for the repertoire of {', '.join(report.alphabet_not_completed)} (raise --vocab-size)"
+        need = "they need" if len(report.alphabet_not_completed) > 1 else "it needs"
+        line += (f"; no room for the repertoire of {', '.join(report.alphabet_not_completed)}: {need} "
+                 f"--vocab-size >= {report.vocab_size_for_repertoires:,} for this sample")
     return line
 
 

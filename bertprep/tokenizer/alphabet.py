@@ -25,7 +25,8 @@ digits of their Unicode block; and for every corpus the printable ASCII characte
 Latin, Greek and Cyrillic need no more (a few dozen letters, all in any sample) and CJK
 ideographs have no small everyday set. A repertoire is added only whole and only while
 the additions take at most REPERTOIRE_MAX_VOCAB of the vocabulary (a small --vocab-size
-keeps the sample's alphabet alone); an explicit `limit_alphabet` adds none.
+keeps the sample's alphabet alone, and `vocab_size_for_repertoires` says what size would
+take them in); an explicit `limit_alphabet` adds none.
 
 Counts are of characters after the normaliser and pre-tokenizer (what the trainer sees).
 Ranking ties go to the lower code point, and the kept characters are sorted by code point,
@@ -34,6 +35,7 @@ so the alphabet is a pure function of the counts (training.py: determinism).
 from __future__ import annotations
 
 import collections
+import math
 import unicodedata
 from dataclasses import dataclass, field
 
@@ -161,28 +163,53 @@ def fit_alphabet(alphabet: Alphabet, counts: dict[str, int], room: int) -> int:
     return dropped
 
 
-def complete_alphabet(alphabet: Alphabet, scripts: dict[str, float], vocab_size: int, room: int,
-                      normalizer, pre_tokenizer) -> None:
-    """Add the repertoire of every script holding REPERTOIRE_MIN_SHARE of the letters
-    (`scripts`: script -> share, largest first), each whole, as normalised characters,
-    while the additions fit in `room` entries and REPERTOIRE_MAX_VOCAB of `vocab_size`."""
-    have = set(alphabet.characters)
-    used = len(alphabet.characters) + len(alphabet.continuing)
-    budget = min(room - used, int(REPERTOIRE_MAX_VOCAB * vocab_size))
+def repertoire_additions(characters: list[str], scripts: dict[str, float], normalizer,
+                         pre_tokenizer) -> dict[str, tuple[list[str], list[str]]]:
+    """script -> (the normalised characters of its repertoire that `characters` lacks, those
+    of them that get a "##" form), for ASCII and every script holding REPERTOIRE_MIN_SHARE
+    of the letters (`scripts`: script -> share, largest first), in the order they are added."""
+    have, additions = set(characters), {}
     for script, share in [("ASCII", 1.0), *scripts.items()]:
         if share < REPERTOIRE_MIN_SHARE:
             continue
         new = sorted({ch for raw in repertoire(script) for word, _ in
                       pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(raw)) for ch in word} - have)
-        if not new:
-            continue
-        continuing = [ch for ch in new if can_continue_word(ch, normalizer, pre_tokenizer)]
+        if new:
+            additions[script] = (new, [ch for ch in new if can_continue_word(ch, normalizer, pre_tokenizer)])
+            have.update(new)
+    return additions
+
+
+def complete_alphabet(alphabet: Alphabet, scripts: dict[str, float], vocab_size: int, room: int,
+                      normalizer, pre_tokenizer) -> None:
+    """Add the repertoire of every script holding REPERTOIRE_MIN_SHARE of the letters
+    (`scripts`: script -> share, largest first), each whole, as normalised characters,
+    while the additions fit in `room` entries and REPERTOIRE_MAX_VOCAB of `vocab_size`."""
+    used = len(alphabet.characters) + len(alphabet.continuing)
+    budget = min(room - used, int(REPERTOIRE_MAX_VOCAB * vocab_size))
+    for script, (new, continuing) in repertoire_additions(alphabet.characters, scripts, normalizer,
+                                                          pre_tokenizer).items():
         cost = len(new) + len(continuing)
         if cost > budget:
             alphabet.not_completed.append(script)
             continue
         budget -= cost
-        have.update(new)
         alphabet.completed[script] = len(new)
         alphabet.characters = sorted(alphabet.characters + new)
         alphabet.continuing = sorted(alphabet.continuing + continuing)
+
+
+def vocab_size_for_repertoires(alphabet: Alphabet, scripts: dict[str, float], specials: int, normalizer,
+                               pre_tokenizer) -> int:
+    """The smallest vocabulary size at which complete_alphabet adds every repertoire this
+    sample calls for, given the alphabet its coverage rule kept (before fit_alphabet):
+    the additions (characters and "##" forms) may take REPERTOIRE_MAX_VOCAB of it, and the
+    specials, the kept alphabet and the additions must fit whole. It falls as the sample
+    grows: a larger sample keeps more of a script's characters itself, so fewer are added."""
+    cost = sum(len(new) + len(continuing) for new, continuing in
+               repertoire_additions(alphabet.characters, scripts, normalizer, pre_tokenizer).values())
+    size = max(math.ceil(cost / REPERTOIRE_MAX_VOCAB),
+               specials + len(alphabet.characters) + len(alphabet.continuing) + cost)
+    while int(REPERTOIRE_MAX_VOCAB * size) < cost:  # complete_alphabet's rounding, whatever the float
+        size += 1
+    return size

@@ -58,7 +58,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -68,7 +68,7 @@ from bertprep.errors import BertprepError, check_parent_is_directory, describe_p
 from bertprep.progress import progress_bar
 from bertprep.tokenizer.files import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
 from bertprep.tokenizer.alphabet import (choose_alphabet, complete_alphabet, fit_alphabet, nonzero_counts,
-                                         normalized_char_counts, raw_char_counts)
+                                         normalized_char_counts, raw_char_counts, vocab_size_for_repertoires)
 from bertprep.tokenizer.guards import LongWords, train_interruptibly
 from bertprep.tokenizer.scripts import Normalisation, bert_normalizer, choose_normalisation
 
@@ -129,6 +129,8 @@ class TrainingReport:
     alphabet_dropped_share: float  # their share of the character occurrences inside words
     alphabet_completed: dict  # script -> characters its everyday repertoire added (alphabet.py)
     alphabet_not_completed: list  # scripts whose repertoire did not fit in the vocabulary
+    # The smallest --vocab-size that would have added them, for this sample (None: all fit)
+    vocab_size_for_repertoires: int | None
     unk_rate: float | None  # [UNK] tokens / all tokens on the measured text
     tokens_per_word: float | None
     heldout_words: int  # words measured (pre-tokenizer words)
@@ -182,9 +184,14 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
         alphabet = choose_alphabet(char_counts, config.character_coverage, config.limit_alphabet,
                                    normalizer, pre_tokenizer, config.min_alphabet)
         room = config.vocab_size - len(config.initial_specials())
+        kept = replace(alphabet)  # the coverage rule's alphabet, before the vocabulary cuts it
         fit_dropped = fit_alphabet(alphabet, char_counts, room)
+        needed = None
         if config.complete_scripts and config.limit_alphabet is None:
             complete_alphabet(alphabet, norm.scripts, config.vocab_size, room, normalizer, pre_tokenizer)
+            if alphabet.not_completed:
+                needed = vocab_size_for_repertoires(kept, norm.scripts, len(config.initial_specials()),
+                                                    normalizer, pre_tokenizer)
         if fit_dropped:
             warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet.characters):,} "
                             f"initial characters: {fit_dropped:,} rare characters left out (they encode as [UNK])")
@@ -200,7 +207,7 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
             vocab_size=len(vocab), requested_vocab_size=config.vocab_size, shortfall=max(shortfall, 0),
             alphabet_size=len(alphabet.characters), alphabet_dropped=alphabet.dropped,
             alphabet_dropped_share=alphabet.dropped_share, alphabet_completed=dict(alphabet.completed),
-            alphabet_not_completed=list(alphabet.not_completed),
+            alphabet_not_completed=list(alphabet.not_completed), vocab_size_for_repertoires=needed,
             unk_rate=unk_rate, tokens_per_word=tokens_per_word, heldout_words=words,
             heldout_documents=split.heldout_documents, measured_on=split.measured_on,
             corpus_bytes=split.corpus_bytes, corpus_documents=split.corpus_documents,
