@@ -9,6 +9,7 @@ import json
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -206,3 +207,86 @@ def test_resume_refuses_a_changed_schedule(shards, tmp_path):
     with pytest.raises(BertmodelError, match=r"resuming with changed options \(--max-steps 2 -> 4, "
                                              r"--batch-size-warmup 2:2steps -> 4:2steps\)"):
         train(config(shards, tmp_path / "run", max_steps=4, batch_size_warmup="4:2steps"), log=lambda *a: None)
+
+
+# --- mask rates against their definition, and the step that reaches the masks ---------------
+
+def rate_by_definition(points: list[tuple[int, str]], linear: bool, step: int) -> Fraction:
+    """The schedule's rate at `step` in exact fractions: the rate of the last point at or
+    before the step, or (joined linearly) the straight line to the next point; the last
+    rate held from its point on."""
+    at = max(i for i, (first, _) in enumerate(points) if first <= step)
+    first, rate = points[at][0], Fraction(points[at][1])
+    if not linear or at == len(points) - 1:
+        return rate
+    end, following = points[at + 1][0], Fraction(points[at + 1][1])
+    return rate + (following - rate) * Fraction(step - first, end - first)
+
+
+@pytest.mark.parametrize("text, max_steps, points", [
+    ("linear:0.3@0,0.15@7", 7, [(0, "0.3"), (7, "0.15")]),  # falls by 0.15 / 7 a step: no step lands evenly
+    ("linear:0.1@0,0.4@30%", 10, [(0, "0.1"), (3, "0.4")]),  # rises, then is held
+    ("linear:0.15@0,0.3@3,0.05@100%", 7, [(0, "0.15"), (3, "0.3"), (7, "0.05")]),  # up, then down
+    ("0.3:0.15@50%", 7, [(0, "0.3"), (4, "0.15")]),  # 3.5 to the even 4
+    ("0.3:0.15@50%", 5, [(0, "0.3"), (2, "0.15")]),  # 2.5 to the even 2
+    ("0.05@0,0.3@2,0.1@5", 6, [(0, "0.05"), (2, "0.3"), (5, "0.1")]),  # phases up and down
+])
+def test_mask_rates_equal_their_definition_at_every_step(text, max_steps, points):
+    schedule = parse_mask_rate_schedule(text, max_steps)
+    assert [first for first, _ in schedule.points] == [first for first, _ in points]
+    linear = text.startswith("linear:")
+    for step in range(max_steps + 3):
+        exact = rate_by_definition(points, linear, step)
+        got = schedule(step)
+        # float64: two roundings of the line's terms (a few ulps); a point's own rate exactly
+        assert abs(Fraction(got) - exact) <= 4 * Fraction(math.ulp(float(exact))), (step, got, float(exact))
+        if any(first == step for first, _ in points) or step >= points[-1][0]:
+            assert got == float(exact), step
+    assert schedule(0) == float(points[0][1]) and schedule(max_steps + 50) == float(points[-1][1])
+    assert schedule.max_rate == max(float(r) for _, r in points)
+
+
+@pytest.mark.parametrize("percent, max_steps, step", [("35", 90, 32), ("35", 170, 60), ("7", 150, 10),
+                                                      ("55", 110, 60), ("12.5", 100, 12), ("33.3", 10, 3)])
+def test_a_percent_of_the_steps_rounds_its_exact_value_half_to_even(percent, max_steps, step):
+    # 35% of 90 is 31.5 exactly (to the even 32), though 0.35 x 90 in binary floats is
+    # 31.499999999999996; a user's "N%" is a decimal, and its half-way cases round alike.
+    schedule = parse_mask_rate_schedule(f"0.3:0.15@{percent}%", max_steps)
+    assert schedule.points == ((0, 0.3), (step, 0.15))
+
+
+def test_the_masks_of_each_step_follow_its_rate_and_a_resumed_loader_draws_the_same(shards):
+    """Batches as the trainer's loader makes them (2 micro-batches a step): each row of a
+    micro-batch of step s masks the count its length gives at rate(s) (never at s + 1's or
+    the micro-batch's index), so a loader started at step 3 from the cursor after 3 steps
+    yields the uninterrupted loader's batches from there on, byte for byte."""
+    from bertmodel.data import ShardDataset
+    from bertmodel.data.loader import BatchLoader, SampleOrder
+    from bertmodel.data.recipes import DynamicMasking, masking_vocabulary, restore_originals
+    from bertmodel.data.shards import open_shard_dir
+    from bertprep.instances import MaskingConfig
+
+    schedule = parse_mask_rate_schedule("linear:0.1@0,0.45@5", 8)  # rises 0.07 a step: each step its own counts
+    data = ShardDataset([open_shard_dir(shards)])
+    cap, seed, micro_batch, accum = 32, 11, 4, 2
+    dyn = DynamicMasking(data, seed, MaskingConfig(cap, schedule(0)), masking_vocabulary(data.tokenizer), schedule)
+    special = [data.tokenizer.special_ids["cls"], data.tokenizer.special_ids["sep"]]
+
+    def micro_batches(cursor: int, step: int, count: int) -> list[dict]:
+        loader = BatchLoader(dyn, SampleOrder(len(data), seed), micro_batch, cursor, step=step, grad_accum=accum)
+        try:
+            return [{k: v.numpy() for k, v in next(loader).tensors.items()} for _ in range(count)]
+        finally:
+            loader.close()
+
+    straight = micro_batches(0, 0, 8 * accum)
+    for k, arrays in enumerate(straight):
+        rate = float(rate_by_definition([(0, "0.1"), (5, "0.45")], True, k // accum))
+        lengths = arrays["attention_mask"].sum(1)
+        original = restore_originals(arrays)
+        candidates = lengths - (np.isin(original, special) & (arrays["attention_mask"] == 1)).sum(1)
+        want = np.minimum(np.minimum(cap, np.maximum(1, np.rint(rate * lengths))), candidates)
+        assert np.array_equal((arrays["masked_lm_labels"] != -100).sum(1), want), (k, rate)
+    resumed = micro_batches(3 * accum * micro_batch, 3, 5 * accum)
+    for a, b in zip(straight[3 * accum:], resumed):
+        assert a.keys() == b.keys() and all(np.array_equal(a[key], b[key]) for key in a)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -142,7 +143,7 @@ class MaskRateSchedule:
 
 
 def parse_mask_rate_schedule(text: str, max_steps: int) -> MaskRateSchedule:
-    """The grammar of the module docstring; WHEN N% is round(N / 100 x max_steps)."""
+    """The grammar of the module docstring; WHEN N% is round(N / 100 x max_steps), halves to even."""
     def bad(why: str) -> BertmodelError:
         return BertmodelError(f"--mask-rate-schedule {text!r}: {why}")
 
@@ -162,7 +163,9 @@ def parse_mask_rate_schedule(text: str, max_steps: int) -> MaskRateSchedule:
         rate, when = float(m.group(1)), m.group(2)
         if not 0 < rate < 1:
             raise bad(f"rate {rate:g} is not strictly between 0 and 1")
-        step = round(float(when[:-1]) / 100 * max_steps) if when.endswith("%") else int(when)
+        # N% in exact decimals: in binary floats 35% of 90 is 31.499999999999996, which would
+        # round down where 12.5 (exactly a half) rounds to even; every half rounds alike.
+        step = round(Fraction(when[:-1]) * max_steps / 100) if when.endswith("%") else int(when)
         if step > max_steps:
             raise bad(f"{when} is past --max-steps {max_steps:,}")
         points.append((step, rate))
