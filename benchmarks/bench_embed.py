@@ -6,8 +6,9 @@ Data: the shared SQuAD v1.1 head split by article as `bertmodel squad-to-beir` s
 Both train on the first --pairs (question, paragraph) pairs of the train articles and are
 scored on the test articles' questions over every paragraph (543 queries, 583 passages:
 questions neither trained on, about paragraphs neither saw as positives), by the same
-code (exact search, trec_eval's nDCG@10 / MRR@10 / Recall@100 / MAP: bertmodel.eval), on
-each side's final weights. A BEIR directory of that split is written for the record.
+code (exact search: bertmodel.retrieval; trec_eval's nDCG@10 / MRR@10 / Recall@100 / MAP:
+bertmodel.metrics), on each side's final weights. A BEIR directory of that split is
+written for the record.
 
 Both sides: AdamW lr --lr, eps 1e-6, weight decay 0.01 (not on biases/LayerNorm), linear
 decay after 10% warmup, gradient clipping at 1.0, batch --batch-size, fp32, one max length
@@ -93,8 +94,8 @@ def theirs(args) -> None:
     from sentence_transformers.sentence_transformer.training_args import (BatchSamplers,
                                                                           SentenceTransformerTrainingArguments)
 
-    from bertmodel.eval.ranking import ranking_metrics
-    from bertmodel.eval.search import dense_run
+    from bertmodel.metrics.ranking import ranking_metrics
+    from bertmodel.retrieval.search import dense_run
 
     start = time.perf_counter()
     rows, test = split_data(args.pairs)

@@ -7,7 +7,7 @@ neither has a partial last batch), --epochs, AdamW lr --lr with weight decay 0.0
 on biases/LayerNorm), linear decay after round(10% of the steps) warmup steps, gradient
 clipping at 1.0, dropout 0.1, batches padded to their longest row, fp32, the seed. The
 label ids are the sorted label set for both. Quality is measured on the first
---max-eval-rows dev rows with the same metric code (bertmodel.eval.classification) on
+--max-eval-rows dev rows with the same metric code (bertmodel.metrics.classification) on
 the final weights of each run. Time per epoch is the wall time from loading the model
 and tokenizing to the end of training, divided by the epochs: both write a resumable
 checkpoint (weights, optimizer, schedule, RNG) every epoch (ours also RUN/hf); also
@@ -86,13 +86,13 @@ def read_rows(path: pathlib.Path):
 
 
 def scores(predictions, labels, num_labels):
-    from bertmodel.eval.classification import classification_metrics
+    from bertmodel.metrics.classification import classification_metrics
 
     return classification_metrics(predictions, labels, num_labels)
 
 
 def run_ours(model, train, dev, pair, seed, args, work) -> dict:
-    from bertmodel.evaluation import evaluate_model
+    from bertmodel.inference.predict import evaluate_model
     from bertmodel.finetune import FinetuneConfig, finetune
 
     out = work / f"ours-{train.stem}-{seed}"

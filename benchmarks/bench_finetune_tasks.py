@@ -14,7 +14,7 @@ Quality: scored on held-out data neither side trains or selects on (CoNLL-2003's
 eng.testa; e-CARE's dev set), after the run and off the clock, by one scorer for both:
 each side's saved model loaded with transformers (ours exports a transformers dir), the
 same encoding (truncated at --max-seq-length; a word cut off stays O), predictions from
-each word's first piece, bertmodel.eval.entities (conlleval's entity F1) or accuracy.
+each word's first piece, bertmodel.metrics.entities (conlleval's entity F1) or accuracy.
 Figures are the mean ± sample sd over --seeds; the difference of means comes with its
 standard error, sqrt(sd_a^2 / n + sd_b^2 / n), which says whether a gap is more than seeds.
 
@@ -185,7 +185,7 @@ def score(spec: dict) -> None:
     net = cls.from_pretrained(path).eval()
     batch = 64
     if spec["task"] == "ner":
-        from bertmodel.eval.entities import entity_metrics
+        from bertmodel.metrics.entities import entity_metrics
 
         tags = [net.config.id2label[i] for i in range(net.config.num_labels)]
         features, enc = encode_ner(tok, rows, {t: i for i, t in enumerate(tags)}, max_len)

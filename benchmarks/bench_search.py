@@ -1,4 +1,4 @@
-"""Exact search's memory on a million passages: eval/search.py's chunked search against the
+"""Exact search's memory on a million passages: retrieval/search.py's chunked search against the
 plain way (every passage vector in one matrix, every score in one matrix, argsort), in
 the same run, each in its own process; peak RSS of each (benchmarks/measure.py), the
 time, and whether the top 100 agree.
@@ -37,7 +37,7 @@ def worker(args) -> None:
     chunk = 16_384
     start = time.perf_counter()
     if args.worker == "ours":
-        from bertmodel.eval.search import exact_search, tie_ranks
+        from bertmodel.retrieval.search import exact_search, tie_ranks
 
         ids = [f"p{i:07d}" for i in range(args.passages)]
         chunks = (vectors(1 + i // chunk, min(chunk, args.passages - i), args.dim)

@@ -53,7 +53,8 @@ import torch
 
 from bertmodel.model.config import BertConfig, ModernBertConfig
 from bertmodel.data import SampleOrder, ShardDataset
-from bertmodel.training.metrics import peak_flops, train_flops, unpadded_extent
+from bertmodel.model.unpad import unpadded_extent
+from bertmodel.training.metrics import peak_flops, train_flops
 from bertmodel.model import BertForPreTraining, ModernBertForMaskedLM
 from bertmodel.model.unpad import resolve, set_unpad
 from bertmodel.training.optim import build_optimizer
@@ -132,8 +133,8 @@ def time_steps(model, optimizer, batches, steps: int, warmup: int, config: BertC
 
 def step_flops(config: BertConfig | ModernBertConfig, b: dict, extent: dict | None) -> float:
     """What one step computes: padded (extent None), every (B, T) position; unpadded, the
-    real tokens and each sequence's own attention pairs of `extent` (metrics.unpadded_extent,
-    as the trainer counts them). BERT's pair head (NSP) too; ModernBERT trains MLM alone."""
+    real tokens and each sequence's own attention pairs of `extent` (model/unpad.py's
+    unpadded_extent, as the trainer counts them). BERT's pair head (NSP) too; ModernBERT trains MLM alone."""
     batch, seq = b["input_ids"].shape
     return train_flops(config, batch, seq, b["masked_lm_positions"].shape[1], pair_head=config.architecture == "bert",
                        **(extent or {}))

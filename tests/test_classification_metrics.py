@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bertmodel.eval import classification as m
+from bertmodel.metrics import classification as m
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics", reason="scikit-learn is the reference (test extra)")
 stats = pytest.importorskip("scipy.stats", reason="scipy is the reference (test extra)")

@@ -1,4 +1,4 @@
-"""The conlleval entity metric (bertmodel/eval/entities.py): equal to seqeval's default
+"""The conlleval entity metric (bertmodel/metrics/entities.py): equal to seqeval's default
 (conlleval-compatible) mode on drawn IOB tags, equal to exact span matching over
 `entity_spans`, the scheme conversions, and hand-worked cases."""
 import warnings
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertmodel.eval.entities import SCHEMES, detect_scheme, entity_metrics, entity_spans, to_iob2
+from bertmodel.metrics.entities import SCHEMES, detect_scheme, entity_metrics, entity_spans, to_iob2
 
 seqeval_metrics = pytest.importorskip("seqeval.metrics", reason="seqeval is the reference (test extra)")
 from seqeval.metrics.sequence_labeling import get_entities  # noqa: E402

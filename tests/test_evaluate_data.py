@@ -18,7 +18,7 @@ from bertmodel.cli import main
 from bertmodel.data.tagged import read_tagged
 from bertmodel.data.word_windows import encode_words
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.entities import entity_metrics
+from bertmodel.metrics.entities import entity_metrics
 from shared_data import SHARED_DATA
 
 transformers = pytest.importorskip("transformers")

@@ -158,7 +158,7 @@ def test_evaluate_keeps_earlier_predictions_without_overwrite(pair_run, pair_fil
 
 
 def test_evaluate_and_predict_take_unpad_and_agree_across_it(pair_run, tmp_path):
-    from bertmodel.evaluation import _setup
+    from bertmodel.inference.predict import _setup
 
     kernels = {mode: _setup(pair_run, {}, "cpu", read_validation=False, unpad=mode)[1].bert.unpad
                for mode in ("on", "off", "auto")}

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from bertmodel.model.config import BertConfig
-from bertmodel.training.metrics import train_flops, unpadded_extent
+from bertmodel.model.unpad import unpadded_extent
+from bertmodel.training.metrics import train_flops
 from bertmodel.training.metrics import encoder_flops
 
 LENGTHS = [128, 7, 64, 1, 100]

@@ -7,6 +7,9 @@
 - a library module never imports a CLI module, and a command module never imports the
   group that lists it;
 - an executor knows nothing of what its tasks do;
+- no folder of bertmodel imports a folder that imports it back (a room's arrows run one
+  way: the shared piece lives in the lower room, e.g. the embedder in retrieval/, below
+  the tasks that train it);
 - each package keeps at most 8 modules beside its subpackages, and every subpackage
   says in its `__init__.py` what it is.
 
@@ -144,6 +147,41 @@ def test_a_planted_cycle_and_a_planted_torch_import_are_caught(tmp_path):
     writer.write_text(writer.read_text() + "\nfrom bertprep.cli.kit import user_errors  # noqa\n")
     assert "bertprep.storage.lock (a library module) imports the CLI module bertprep.cli.kit" in \
         rule_breakers(module_files(tmp_path))
+
+
+def folder_graph(modules: dict[str, pathlib.Path], package: str = "bertmodel") -> dict[str, set[str]]:
+    """Each folder of `package` (bertmodel/*/) -> the other folders its modules import."""
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == package and len(parts) > 1 and modules[module].parent.name == parts[1] \
+            else None
+
+    graph: dict[str, set[str]] = {}
+    for module, targets in import_graph(modules).items():
+        if (source := folder(module)) is not None:
+            graph.setdefault(source, set()).update(f for f in map(folder, targets) if f not in (None, source))
+    return graph
+
+
+def mutual_folders(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The folder pairs that import each other, each pair once, sorted."""
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, ()))
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    graph = folder_graph(module_files())
+    assert {"cli", "data", "metrics", "model", "retrieval", "tasks", "training"} <= set(graph)  # it sees the rooms
+    assert "retrieval" in graph["tasks"] and "tasks" not in graph["retrieval"]  # the embedder is below the tasks
+    assert mutual_folders(graph) == []
+
+
+def test_a_planted_folder_circle_is_caught(tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "bertmodel", tmp_path / "bertmodel", ignore=shutil.ignore_patterns("__pycache__"))
+    embedder = tmp_path / "bertmodel" / "retrieval" / "embedder.py"
+    embedder.write_text(embedder.read_text() + "\n\ndef _planted():\n    from bertmodel.tasks import finetuning\n")
+    assert mutual_folders(folder_graph(module_files(tmp_path))) == [("retrieval", "tasks")]
 
 
 def test_command_modules_never_import_the_group_that_lists_them():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.squad_metric import exact_match_score, f1_score, normalize_answer, squad_metric
+from bertmodel.metrics.squad_metric import exact_match_score, f1_score, normalize_answer, squad_metric
 from qa_fixtures import example
 
 CONTEXT = "The cat sat on the mat in 1858."

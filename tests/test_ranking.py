@@ -1,4 +1,4 @@
-"""eval/ranking.py against the reference, pytrec_eval (trec_eval's own C code): per query,
+"""metrics/ranking.py against the reference, pytrec_eval (trec_eval's own C code): per query,
 nDCG@10 = ndcg_cut.10, Recall@100 = recall.100, MAP = map, and MRR@10 = recip_rank of each
 query's ranking cut to its top 10 in trec_eval's order (pytrec_eval's recip_rank is not
 cut, so the cut is made before handing it the run). Checked on a real collection (the
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from bertmodel.data.beir import read_beir
 from bertmodel.data.squad_beir import squad_to_beir
-from bertmodel.eval.ranking import METRICS, query_metrics, ranking_metrics, trec_order
-from bertmodel.eval.search import exact_search, tie_ranks
+from bertmodel.metrics.ranking import METRICS, query_metrics, ranking_metrics, trec_order
+from bertmodel.retrieval.search import exact_search, tie_ranks
 from rerank_fixtures import SQUAD, needs_squad
 
 TOL = 1e-12  # see the module docstring
@@ -78,7 +78,7 @@ def squad_beir(tmp_path_factory):
 @needs_squad
 @pytest.mark.parametrize("split", ["test", "train"])
 def test_bm25_run_on_squad_matches_pytrec_eval(squad_beir, split):
-    from bertmodel.eval.bm25 import bm25_run
+    from bertmodel.retrieval.bm25 import bm25_run
 
     data = read_beir(squad_beir, split)
     run = bm25_run(data, k=100)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from bertmodel.cli import main
 from bertmodel.data.rerank import groups_from_pairs, read_pairs
 from bertmodel.data.tables import open_table
-from bertmodel.evaluation import load_task_model
+from bertmodel.inference.predict import load_task_model
 from embed_fixtures import minilm_path
 from rerank_fixtures import as_pairs, needs_squad, squad_groups, write_jsonl
 from shared_data import SHARED_DATA
@@ -190,7 +190,7 @@ def test_pair_metrics_equal_pytrec_eval_sklearn_and_torch():
     sklearn_metrics = pytest.importorskip("sklearn.metrics")
     import torch
 
-    from bertmodel.eval.pair_ranking import pair_metrics, per_query_ranking
+    from bertmodel.metrics.pair_ranking import pair_metrics, per_query_ranking
 
     rng = np.random.default_rng(0)
     sizes = rng.integers(1, 15, 30)
@@ -220,7 +220,7 @@ def test_pair_metrics_equal_pytrec_eval_sklearn_and_torch():
 
 
 def test_tied_scores_keep_the_data_order_and_auc_counts_ties_a_half():
-    from bertmodel.eval.pair_ranking import pair_metrics
+    from bertmodel.metrics.pair_ranking import pair_metrics
 
     query_ids = np.array([0, 0, 0, 1, 1])
     labels = np.array([0.0, 1.0, 0.0, 1.0, 0.0])

@@ -1,4 +1,4 @@
-"""squad-to-beir (the CLI) and the BM25 first stage (eval/bm25.py) on the shared SQuAD head,
+"""squad-to-beir (the CLI) and the BM25 first stage (retrieval/bm25.py) on the shared SQuAD head,
 BM25 checked against bm25s used directly."""
 import pytest
 from click.testing import CliRunner
@@ -35,8 +35,8 @@ def test_squad_to_beir_refuses_to_overwrite(beir_dir):
 def test_bm25_run_equals_bm25s(beir_dir):
     import bm25s
 
-    from bertmodel.eval.bm25 import bm25_run
-    from bertmodel.eval.ranking import ranking_metrics
+    from bertmodel.retrieval.bm25 import bm25_run
+    from bertmodel.metrics.ranking import ranking_metrics
     data = read_beir(beir_dir, "test")
     run = bm25_run(data, k=10)
     ids = list(data.corpus)

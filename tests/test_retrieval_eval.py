@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from bertmodel.cli import main
 from bertmodel.data.beir import read_beir
 from bertmodel.data.squad_beir import squad_to_beir
-from bertmodel.eval.ranking import trec_order
+from bertmodel.metrics.ranking import trec_order
 from bertmodel.retrieval.embedder import load_embedder
 from embed_fixtures import SQUAD, minilm_path, needs_squad
 from finetune_fixtures import invoke
@@ -229,8 +229,8 @@ def small_test_split(beir_dir, tmp_path_factory):
 
 
 def test_evaluate_a_rerank_run_rescores_bm25s_top_k(rerank_run, small_test_split, tmp_path):
-    from bertmodel.eval.bm25 import bm25_run
-    from bertmodel.eval.ranking import ranking_metrics
+    from bertmodel.retrieval.bm25 import bm25_run
+    from bertmodel.metrics.ranking import ranking_metrics
 
     result = invoke("evaluate", rerank_run, "--data", small_test_split, "--validation-split", "test", "--top-k", "5",
                     "--out", tmp_path, *FAST)
@@ -260,7 +260,7 @@ def test_evaluate_a_rerank_run_rescores_bm25s_top_k(rerank_run, small_test_split
 
 
 def test_evaluate_a_rerank_run_over_an_embed_runs_candidates(rerank_run, embed_run, small_test_split, tmp_path):
-    from bertmodel.retrieval.evaluate import embed_retrieval
+    from bertmodel.inference.rank import embed_retrieval
 
     result = invoke("evaluate", rerank_run, "--data", small_test_split, "--validation-split", "test", "--top-k", "3",
                     "--first-stage", embed_run, "--out", tmp_path, *FAST)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertmodel.cli import main
-from bertmodel.eval.classification import binary_f1
+from bertmodel.metrics.classification import binary_f1
 from bertmodel.data.synthetic import small_shard_dir
 from finetune_fixtures import sentence, write_tsv
 from finetune_fixtures import tiny_bert as make_tiny_bert

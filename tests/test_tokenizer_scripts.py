@@ -219,7 +219,7 @@ def test_tokenizer_info_export_and_fill_mask_carry_strip_accents(tmp_path):
 
     from bertmodel.data.shards import tokenizer_info
     from bertmodel.hf import write_tokenizer
-    from bertmodel.infer import load_tokenizer as fill_mask_tokenizer
+    from bertmodel.inference.fill_mask import load_tokenizer as fill_mask_tokenizer
 
     vocab = SPECIALS + ["마", "##스", "##크", "ᄆ", "##ᅡ", "##ᄉ", "##ᅳ", "##ᄏ"]
     tok = build_tokenizer(vocab, True, strip_accents=False)

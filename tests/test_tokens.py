@@ -214,7 +214,7 @@ def test_finetune_tokens_end_to_end_exports_predicts_and_evaluates(tmp_path):
     assert model.config.id2label[0] == "O" and len(model.config.id2label) == 9
     tokenizer = transformers.AutoTokenizer.from_pretrained(run / "hf")
     texts = ["Ada Lovelace worked with Charles Babbage in London .", "Reuters reported from Germany on Monday ."]
-    from bertmodel.evaluation import _setup
+    from bertmodel.inference.predict import _setup
 
     task, net, _ = _setup(run, {}, "cpu", read_validation=False)
     enc = tokenizer(texts, padding=True, return_tensors="pt")

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from bertmodel.model.config import BertConfig
-from bertmodel.training.metrics import unpadded_extent
+from bertmodel.model.unpad import unpadded_extent
 from bertmodel.model import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                              BertForSequenceClassification)
 from bertmodel.model.unpad import resolve, set_unpad, unpad_kernel

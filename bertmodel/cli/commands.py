@@ -197,7 +197,7 @@ def fill_mask_command(model, texts, top_k, device):
     Example:
       bertmodel fill-mask run/ "The capital of France is [MASK]." --top-k 5
     """
-    from bertmodel.infer import fill_masks
+    from bertmodel.inference.fill_mask import fill_masks
     from bertmodel.training.parallel import resolve_device
 
     for text, guesses in zip(texts, fill_masks(model, list(texts), top_k=top_k, device=resolve_device(device))):

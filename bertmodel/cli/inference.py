@@ -1,6 +1,6 @@
 """`bertmodel evaluate` and `predict`: a fine-tuned run on labelled data (its metrics and
 predictions) or on texts; parse options, call one library function (evaluation.py, or
-retrieval/evaluate.py for embed and rerank runs), print the result."""
+inference/rank.py for embed and rerank runs), print the result."""
 from __future__ import annotations
 
 import functools
@@ -45,10 +45,10 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_t
     Example:
       bertmodel evaluate rte/ --data RTE/dev.tsv
     """
-    from bertmodel.evaluation import evaluate_model
+    from bertmodel.inference.predict import evaluate_model
     from bertmodel.data.beir import is_beir_dir
-    from bertmodel.retrieval.evaluate import evaluate_retrieval, retrieval_kind, run_validation
-    from bertmodel.tasks.finetuning import pass_progress
+    from bertmodel.inference.rank import evaluate_retrieval, retrieval_kind, run_validation
+    from bertmodel.training.batched_forward import pass_progress
 
     kind = retrieval_kind(run)
     collection = data if data else (run_validation(run) if kind == "rerank" else None)
@@ -108,8 +108,8 @@ def predict(run, texts, pairs, file, out, overwrite, question, context, device, 
       bertmodel predict qa/ --question "Who wrote it?" --context "It was written by Ada."
       bertmodel predict rte/ --file RTE/test.tsv --out rte-test.jsonl
     """
-    from bertmodel.evaluation import predict_answers, predict_file, predict_texts, write_predictions
-    from bertmodel.tasks.finetuning import pass_progress
+    from bertmodel.inference.predict import predict_answers, predict_file, predict_texts, write_predictions
+    from bertmodel.training.batched_forward import pass_progress
 
     def warn(message: str) -> None:
         click.echo(f"warning: {message}", err=True)

@@ -1,6 +1,6 @@
 """Retrieval commands: squad-to-beir (a BEIR directory from SQuAD-format data), embed (a
 file's embeddings to Parquet) and search (a corpus searched with a few queries). Thin: the
-work is data/squad_beir.py's and retrieval/texts.py's."""
+work is data/squad_beir.py's, retrieval/texts.py's and inference/rank.py's."""
 from __future__ import annotations
 
 import click
@@ -61,7 +61,7 @@ def embed_command(run, file, out, column, kind, split, device, batch_size, overw
       bertmodel embed embed/ --file beir-squad/corpus.jsonl --out corpus.parquet
     """
     from bertmodel.retrieval.texts import embed_file
-    from bertmodel.tasks.finetuning import pass_progress
+    from bertmodel.training.batched_forward import pass_progress
 
     with pass_progress(progress, "embed"):
         path, rows, dim = embed_file(run, file, out, column=column, kind=kind, device=device, batch_size=batch_size,
@@ -94,8 +94,8 @@ def search_command(run, corpus, queries, top_k, column, candidates, device, batc
     """
     import json
 
-    from bertmodel.retrieval.texts import search
-    from bertmodel.tasks.finetuning import pass_progress
+    from bertmodel.inference.rank import search
+    from bertmodel.training.batched_forward import pass_progress
 
     with pass_progress(progress, "search"):
         hits = search(run, corpus, list(queries), top_k=top_k, column=column, device=device, batch_size=batch_size,

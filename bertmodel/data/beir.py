@@ -59,6 +59,16 @@ def beir_splits(path) -> list[str]:
     return sorted(p.stem for p in (Path(path) / QRELS).glob("*.tsv"))
 
 
+def beir_split(path, asked: str | None) -> str:
+    """The split of a BEIR directory to evaluate on: the one asked for (read_beir refuses
+    one the directory lacks, naming those it has); by default ("validation", which is
+    no BEIR split's name) dev, else test."""
+    if asked not in (None, "validation"):
+        return asked
+    have = beir_splits(path)
+    return next((split for split in ("dev", "test") if split in have), "dev")
+
+
 def read_beir(path, split: str = "test") -> BeirData:
     """The corpus, the split's queries and its qrels (see the module docstring);
     BertmodelError naming the file for anything BEIR could not score."""

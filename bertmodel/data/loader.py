@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from bertmodel.errors import BertmodelError
-from bertmodel.training.metrics import unpadded_extent
+from bertmodel.model.unpad import unpadded_extent
 from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.data.shards import LIST_COLUMNS, ShardDir
 from bertprep.shards import schema

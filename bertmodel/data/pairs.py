@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertmodel.data.beir import BeirData
 from bertmodel.data.tables import Column, Table, open_hub_table, open_table
 from bertmodel.errors import BertmodelError
 
@@ -138,6 +139,22 @@ def beir_pairs(beir, path, what: str = "BEIR split") -> Pairs:
         raise BertmodelError(f"{path}: qrels/{split}.tsv judges no passage relevant (score > 0): no training pairs")
     return Pairs(queries, positives, [[] for _ in queries], str(path),
                  {"format": f"{what} {split!r} (relevant judgements as pairs)"})
+
+
+def pairs_collection(pairs: Pairs) -> BeirData:
+    """Validation pairs as a collection: each distinct passage (positive or negative) one
+    entry of the corpus, each distinct query one query, its positives judged relevant (1)."""
+    passages: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for query, positive, negatives in zip(pairs.queries, pairs.positives, pairs.negatives):
+        qid = queries.setdefault(query, f"q{len(queries)}")
+        pid = passages.setdefault(positive, f"p{len(passages)}")
+        for negative in negatives:
+            passages.setdefault(negative, f"p{len(passages)}")
+        qrels.setdefault(qid, {})[pid] = 1
+    return BeirData({pid: {"title": "", "text": text} for text, pid in passages.items()},
+                    {qid: text for text, qid in queries.items()}, qrels, "validation", pairs.source)
 
 
 def read_squad_pairs(path, split: str | None = None) -> Pairs:

@@ -121,6 +121,16 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         lowercase=lowercase, strip_accents=strip_accents, files=files)
 
 
+def tokenizer_path(tok: TokenizerInfo) -> Path:
+    """A path bertprep's loader reads for this tokenizer (the directory when it holds
+    tokenizer_config.json, so lower-casing is read from it)."""
+    for name in ("tokenizer.json", "vocab.txt"):
+        if name in tok.files:
+            path = Path(tok.files[name])
+            return path.parent if "tokenizer_config.json" in tok.files else path
+    raise BertmodelError("the tokenizer has no vocab.txt or tokenizer.json")
+
+
 def _casing(tok: dict, files: dict[str, Path], tokens: list[str] | None) -> tuple[bool | None, bool | None]:
     """(lowercase, strip_accents): the manifest's, else tokenizer_config.json's, else as
     bertprep's loader reads these files (a bare vocab.txt is uncased when no token has an

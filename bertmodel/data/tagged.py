@@ -14,7 +14,7 @@ one of tag lists, the tags strings, or integer ids with the dataset's ClassLabel
 (conll2003's ner_tags).
 
 Entity tags (O, B-X, I-X, ...) are kept in IOB2. A file's scheme is detected over all
-its sentences (eval/entities.py): IOB1 (an I- that opens an entity, as the original
+its sentences (metrics/entities.py): IOB1 (an I- that opens an entity, as the original
 CoNLL-2003 files) and BIOES are converted, and the reader says which it saw. Tags of
 another form (POS tags such as NN, VBD) are plain labels: scheme "plain", no entities.
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from bertmodel.data.tables import SUFFIX_FORMATS, Table, open_hub_table, open_table
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.entities import detect_scheme, to_iob2
+from bertmodel.metrics.entities import detect_scheme, to_iob2
 
 TABLE_SUFFIXES = {suffix for suffix, fmt in SUFFIX_FORMATS.items() if fmt in ("jsonl", "parquet")}
 DEFAULT_TAG_COLUMNS = ("tags", "ner_tags")  # what --tags-column is when not given, in order

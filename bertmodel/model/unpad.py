@@ -32,6 +32,15 @@ KERNELS = ("repad", "jagged")
 MODES = ("auto", "on", "off")
 
 
+def unpadded_extent(attention_mask) -> dict[str, int]:
+    """What an unpadded batch computes, from its (B, T) 1/0 mask (numpy or torch):
+    `tokens`, its real tokens, and `attention_pairs`, each sequence's own query-key
+    pairs summed (the sum of its lengths squared); training/metrics.py's
+    train_flops keywords (the data loader counts them per batch)."""
+    lengths = attention_mask.sum(1)
+    return {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())}
+
+
 @dataclass
 class Packing:
     """Where the real tokens of a padded (B, T) batch are, computed once per forward."""

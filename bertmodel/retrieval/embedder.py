@@ -43,7 +43,7 @@ class Embedder:
     def encode(self, texts: list[str], kind: str = "passage", on_batch=None) -> np.ndarray:
         """(n, D) float32 vectors of `texts` read as queries or passages (`kind`)."""
         from bertmodel.data.classification import encode_texts, pad_batch
-        from bertmodel.tasks.finetuning import forward_all
+        from bertmodel.training.batched_forward import forward_all
 
         prefix = self.settings.get(f"{kind}_prefix") or ""
         length = int(self.settings[f"max_{kind}_length"])
@@ -92,7 +92,7 @@ def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_l
     """An Embedder for an embed run, a sentence-transformers dir or a transformers dir."""
     from bertmodel.hf import load_into, load_pretrained, model_dir
     from bertmodel.model.bi_encoder import BI_ENCODERS
-    from bertmodel.tasks.finetuning import tokenizer_path
+    from bertmodel.data.shards import tokenizer_path
     from bertmodel.training import parallel
 
     directory = model_dir(path)

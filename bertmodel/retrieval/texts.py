@@ -1,5 +1,5 @@
 """Embeddings of a file's texts for users who index elsewhere (`bertmodel embed`), and a
-quick search of a corpus with a few queries (`bertmodel search`).
+file or BEIR corpus read as a collection to search (`bertmodel search`: inference/rank.py).
 
 `embed_file` reads a column of a JSONL/CSV/TSV/Parquet file or save_to_disk directory
 (or a BEIR corpus.jsonl: title + text as BEIR encodes a passage), encodes it as queries
@@ -8,9 +8,7 @@ the file has one: `_id`, `id`) and `embedding`, a fixed-size list of float32, on
 record in the file's order. The output is written whole or not at all, never over the
 input, and over an earlier file only with overwrite.
 
-`search` takes a BEIR directory or such a file as the corpus: an embed run searches it
-exactly; a rerank run rescores BM25's top candidates (retrieval/evaluate.py's first
-stage)."""
+`read_corpus` takes a BEIR directory or such a file as the corpus of a search."""
 from __future__ import annotations
 
 import os
@@ -19,7 +17,6 @@ from pathlib import Path
 
 from bertmodel.data.beir import CORPUS, BeirData, is_beir_dir, passage_text, read_beir_corpus
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.ranking import trec_order
 
 TEXT_COLUMNS = ("text", "passage", "document", "sentence", "query", "question", "anchor")
 ID_COLUMNS = ("_id", "id")
@@ -114,26 +111,3 @@ def read_corpus(corpus, column: str | None = None) -> BeirData:
         duplicated = next(i for i in ids if ids.count(i) > 1)
         raise BertmodelError(f"{found.source}: duplicated id {duplicated!r}")
     return BeirData({i: {"title": "", "text": t} for i, t in zip(ids, found.texts)}, {}, {}, "search", found.source)
-
-
-def search(model, corpus, queries: list[str], top_k: int = 10, column: str | None = None, device: str = "cpu",
-           batch_size: int = 64, candidates: int = 100) -> list[dict]:
-    """Each query's top_k passages of `corpus`: [{query, rank, id, score, text}, ...], best
-    first. An embed run: exact search; a rerank run: BM25's top `candidates`, rescored."""
-    from bertmodel.retrieval.evaluate import embed_retrieval, rerank_retrieval, retrieval_kind
-
-    if not queries:
-        raise BertmodelError("give at least one --query")
-    collection = read_corpus(corpus, column)
-    beir = BeirData(collection.corpus, {f"q{i}": q for i, q in enumerate(queries)}, {}, "search", collection.source)
-    kind = retrieval_kind(model) or "embed"  # a sentence-transformers or transformers dir embeds
-    if kind == "embed":
-        run = embed_retrieval(model, beir, device, batch_size, k=top_k, judged=False).run
-    else:
-        run = rerank_retrieval(model, beir, "bm25", max(candidates, top_k), device, batch_size, judged=False).run
-    hits = []
-    for qid, query in beir.queries.items():
-        for rank, docid in enumerate(trec_order(run.get(qid, {}))[:top_k], 1):
-            hits.append({"query": query, "rank": rank, "id": docid, "score": run[qid][docid],
-                         "text": passage_text(beir.corpus[docid])})
-    return hits

@@ -61,8 +61,8 @@ class Task(Protocol):
     def new_stats(self, device: torch.device): ...
 
     def flops(self, config: BertConfig, tensors: dict[str, torch.Tensor], extent: dict | None = None) -> float:
-        """Training FLOPs of one micro-batch; extent (metrics.unpadded_extent's tokens and
-        attention_pairs) when the model computes only its real tokens, else padded."""
+        """Training FLOPs of one micro-batch; extent (model/unpad.py's unpadded_extent:
+        tokens and attention_pairs) when the model computes only its real tokens, else padded."""
 
     def evaluate(self, model, d, autocast, on_batch=None) -> dict: ...
 

@@ -20,8 +20,8 @@ from bertmodel.errors import BertmodelError
 from bertmodel.model import HeadModel
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.training.metrics import encoder_flops
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
-                                        split_identity, start_from)
+from bertmodel.training.batched_forward import forward_all
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, split_identity, start_from)
 from bertmodel.tasks.task_defaults import task_default
 
 

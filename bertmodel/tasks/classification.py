@@ -18,10 +18,10 @@ from bertmodel.data.classification import encode_examples, pad_batch
 from bertmodel.data.labels import LabelSpace
 from bertmodel.data.tables import LabelledTexts, read_hub_dataset, read_table
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.classification import classification_metrics, json_ready, regression_metrics
+from bertmodel.metrics.classification import classification_metrics, json_ready, regression_metrics
 from bertmodel.training.metrics import encoder_flops
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
-                                        split_identity, start_from)
+from bertmodel.training.batched_forward import forward_all
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, split_identity, start_from)
 from bertmodel.tasks.task_defaults import task_default
 
 

@@ -10,13 +10,13 @@ passages column-major (every positive, then every first negative, ...), as the l
 its candidates out. Duplicated texts in a batch are kept out of each other's negatives
 (the loss's duplicate rule), so the trainer's shuffled, resumable order is used as is.
 
-Evaluation is retrieval, as trec_eval scores it (eval/ranking.py): on a BEIR directory
+Evaluation is retrieval, as trec_eval scores it (metrics/ranking.py): on a BEIR directory
 (--validation DIR: its --validation-split if it has one, else dev, else test), or on
 validation pairs made into a collection (every distinct positive and negative a passage,
 each query's positives its relevant ones); one SQuAD file given as both --train and
 --validation is split by article as `squad-to-beir` splits it (train articles train, dev
 or --validation-split validate, every paragraph in the corpus). The corpus encoded in batches and searched
-exactly (eval/search.py): nDCG@10 (the default --metric-for-best), MRR@10, Recall@100,
+exactly (retrieval/search.py): nDCG@10 (the default --metric-for-best), MRR@10, Recall@100,
 MAP. RUN/hf is the encoder (BertModel / ModernBertModel) with the sentence-transformers
 files (retrieval/sentence_files.py).
 """
@@ -27,14 +27,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertmodel.data.beir import BeirData, beir_splits, is_beir_dir, read_beir
+from bertmodel.data.beir import BeirData, beir_split, is_beir_dir, read_beir
 from bertmodel.data.classification import EncodedExamples, encode_texts, pad_batch
-from bertmodel.data.pairs import Pairs, beir_pairs, is_squad_file, read_hub_pairs, read_pairs
+from bertmodel.data.pairs import Pairs, beir_pairs, is_squad_file, pairs_collection, read_hub_pairs, read_pairs
 from bertmodel.data.squad_beir import read_squad_beir
 from bertmodel.retrieval.embedder import Embedder
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.ranking import METRICS, ranking_metrics
-from bertmodel.eval.search import dense_run
+from bertmodel.metrics.ranking import METRICS, ranking_metrics
+from bertmodel.retrieval.search import dense_run
 from bertmodel.retrieval.sentence_files import read_sentence_settings
 from bertmodel.model.bi_encoder import BI_ENCODERS
 from bertmodel.model.contrastive import duplicate_mask
@@ -73,16 +73,6 @@ def split_squad_file(cfg) -> bool:
     return Path(cfg.train).resolve() == Path(cfg.validation).resolve()
 
 
-def beir_split(path, asked: str | None) -> str:
-    """The split of a BEIR directory to evaluate on: the one asked for (read_beir refuses
-    one the directory lacks, naming those it has); by default ("validation", which is
-    no BEIR split's name) dev, else test."""
-    if asked not in (None, "validation"):
-        return asked
-    have = beir_splits(path)
-    return next((split for split in ("dev", "test") if split in have), "dev")
-
-
 def first_queries(data: BeirData, limit: int | None) -> BeirData:
     """--max-eval-examples on a collection: its first `limit` judged queries (in the order
     of the split's qrels), searched over the whole corpus."""
@@ -91,22 +81,6 @@ def first_queries(data: BeirData, limit: int | None) -> BeirData:
     kept = list(data.queries)[:limit]
     return BeirData(data.corpus, {q: data.queries[q] for q in kept}, {q: data.qrels[q] for q in kept},
                     data.split, data.source)
-
-
-def pairs_collection(pairs: Pairs) -> BeirData:
-    """Validation pairs as a collection: each distinct passage (positive or negative) one
-    entry of the corpus, each distinct query one query, its positives judged relevant (1)."""
-    passages: dict[str, str] = {}
-    queries: dict[str, str] = {}
-    qrels: dict[str, dict[str, int]] = {}
-    for query, positive, negatives in zip(pairs.queries, pairs.positives, pairs.negatives):
-        qid = queries.setdefault(query, f"q{len(queries)}")
-        pid = passages.setdefault(positive, f"p{len(passages)}")
-        for negative in negatives:
-            passages.setdefault(negative, f"p{len(passages)}")
-        qrels.setdefault(qid, {})[pid] = 1
-    return BeirData({pid: {"title": "", "text": text} for text, pid in passages.items()},
-                    {qid: text for text, qid in queries.items()}, qrels, "validation", pairs.source)
 
 
 class PairSet:

@@ -1,24 +1,21 @@
 """What the fine-tuning tasks share: the starting model (any BERT: one of our runs or
 checkpoints, or a transformers directory of any head), its tokenizer, the batch
-padding policy, whole-set evaluation in fixed order, and FLOPs of an encoder pass.
+padding policy and the metric that picks the best model (whole-set passes in fixed order:
+training/batched_forward.py; the tokenizer path the encoders read: data/shards.py).
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bertmodel.model import head_class
 from bertmodel.model.config import PRESETS, BertConfig, preset_config, vocabulary_ids
-from bertmodel.data.shards import TokenizerInfo, tokenizer_info
+from bertmodel.data.shards import TokenizerInfo, tokenizer_info, tokenizer_path
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import Pretrained, load_into, load_pretrained
 from bertmodel.training.run_dir import source_identity
-from bertprep.progress import progress_bar
 
 
 RANDOM_PREFIX = "random:"  # --model random:PRESET: a preset's shape, no weights
@@ -64,16 +61,6 @@ def split_identity(cfg, which: str, read: str | None = None) -> dict | None:
     if cfg.dataset:
         return {"source": f"{cfg.dataset}[{cfg.dataset_config or ''}]:{split}"}
     return None
-
-
-def tokenizer_path(tok: TokenizerInfo) -> Path:
-    """A path bertprep's loader reads for this tokenizer (the directory when it holds
-    tokenizer_config.json, so lower-casing is read from it)."""
-    for name in ("tokenizer.json", "vocab.txt"):
-        if name in tok.files:
-            path = Path(tok.files[name])
-            return path.parent if "tokenizer_config.json" in tok.files else path
-    raise BertmodelError("the tokenizer has no vocab.txt or tokenizer.json")
 
 
 def check_length(max_seq_length: int, config: BertConfig, source) -> None:
@@ -203,51 +190,3 @@ class IntervalStats:
 def pad_multiple(device: torch.device) -> int:
     # Multiples of 8 feed tensor cores on CUDA; on a CPU every padded column is wasted work.
     return 8 if device.type == "cuda" else 1
-
-
-# What a pass without its own on_batch shows: a bar named so, or nothing (None).
-_PASS_PROGRESS: contextvars.ContextVar[str | None] = contextvars.ContextVar("pass_progress", default=None)
-
-
-@contextlib.contextmanager
-def pass_progress(enabled: bool, desc: str):
-    """Within it, every pass of forward_all not given its own on_batch shows a progress
-    bar named `desc` (batches; plain lines in a log). Every pass of a fine-tuned model over
-    data goes through forward_all, so `evaluate` and `predict --file` show theirs with
-    this one scope, whichever task's predict path runs."""
-    token = _PASS_PROGRESS.set(desc if enabled else None)
-    try:
-        yield
-    finally:
-        _PASS_PROGRESS.reset(token)
-
-
-@torch.no_grad()
-def forward_all(model, count: int, batch_of, batch_size: int, device: torch.device, autocast, on_batch=None):
-    """Run `model` over rows 0..count-1 in order, dropout off; yields (rows, output).
-    on_batch(done, total), in batches: called with 0 first and after each batch is used
-    (the trainer's progress bar; it may raise to abandon the pass); without one, the
-    bar of an enclosing pass_progress, if any."""
-    was_training = model.training
-    model.eval()
-    total = -(-count // batch_size)
-    bar = None
-    if on_batch is None and (desc := _PASS_PROGRESS.get()) is not None:
-        bar = progress_bar(total=total, desc=desc, unit="batch")
-        on_batch = lambda done, _total: bar.update(done - bar.n)  # noqa: E731
-    try:
-        if on_batch is not None:
-            on_batch(0, total)
-        for done, start in enumerate(range(0, count, batch_size), 1):
-            rows = np.arange(start, min(start + batch_size, count))
-            arrays = batch_of(rows)
-            tensors = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
-            with autocast:
-                out = model(**tensors)
-            yield rows, out
-            if on_batch is not None:
-                on_batch(done, total)
-    finally:
-        model.train(was_training)
-        if bar is not None:
-            bar.close()

@@ -4,7 +4,7 @@ and end (transformers' BertForQuestionAnswering).
 
 Windows, labels and max-context bookkeeping: data/qa_features.py; decoding n-best
 spans back to the exact characters of the context: data/qa_decode.py; the official
-metric: eval/squad_metric.py. Every evaluation decodes the whole validation set.
+metric: metrics/squad_metric.py. Every evaluation decodes the whole validation set.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from bertmodel.data.qa_decode import decode_predictions, write_nbest_predictions
 from bertmodel.data.qa_features import QAFeatures, prepare_qa_features
 from bertmodel.data.squad import read_squad
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.squad_metric import squad_metric
+from bertmodel.metrics.squad_metric import squad_metric
 from bertmodel.training.metrics import encoder_flops
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
-                                        split_identity, start_from)
+from bertmodel.training.batched_forward import forward_all
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, split_identity, start_from)
 from bertmodel.tasks.task_defaults import task_default
 
 

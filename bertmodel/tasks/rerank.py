@@ -13,7 +13,7 @@ Training (--loss):
             candidate of each in the same forward pass.
 Evaluation (labelled validation pairs; a (query, positive, negatives) table counts its
 positive 1 and its negatives 0): per-query MRR@10 and nDCG@10 over each query's
-candidates, accuracy, ROC AUC and BCE over the pairs (eval/pair_ranking.py); the best
+candidates, accuracy, ROC AUC and BCE over the pairs (metrics/pair_ranking.py); the best
 model by --metric-for-best (default ndcg@10).
 """
 from __future__ import annotations
@@ -27,16 +27,16 @@ from bertmodel.data.classification import EncodedExamples, encode_texts, pad_bat
 from bertmodel.data.rerank import (RerankGroups, RerankPairs, groups_from_pairs, is_grouped, read_groups,
                                    read_pairs)
 from bertmodel.data.tables import open_hub_table, open_table
-from bertmodel.data.beir import is_beir_dir, read_beir
+from bertmodel.data.beir import beir_split, is_beir_dir, read_beir
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.pair_ranking import pair_metrics
-from bertmodel.eval.ranking import METRICS as RANKING_METRICS
-from bertmodel.eval.ranking import ranking_metrics
+from bertmodel.metrics.pair_ranking import pair_metrics
+from bertmodel.metrics.ranking import METRICS as RANKING_METRICS
+from bertmodel.metrics.ranking import ranking_metrics
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.model.rerank_heads import RERANKERS
 from bertmodel.training.metrics import encoder_flops
-from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, forward_all,
-                                        split_identity, start_from)
+from bertmodel.training.batched_forward import forward_all
+from bertmodel.tasks.finetuning import (FinetuningTask, IntervalStats, best_metric, split_identity, start_from)
 from bertmodel.tasks.task_defaults import task_default
 
 # What a CrossEncoder applies to the logit in predict(): nothing, so its scores are our
@@ -168,8 +168,8 @@ class RerankTask(FinetuningTask):
         """A BEIR directory as validation: BM25's top --top-k of each query (computed once)
         reranked at every evaluation and scored with trec_eval's measures, as `bertmodel
         evaluate RUN --data DIR` scores the run."""
-        from bertmodel.eval.bm25 import bm25_run
-        from bertmodel.tasks.embed import beir_split, first_queries
+        from bertmodel.retrieval.bm25 import bm25_run
+        from bertmodel.tasks.embed import first_queries
 
         self.collection = first_queries(read_beir(cfg.validation, beir_split(cfg.validation, cfg.validation_split)),
                                         cfg.max_eval_examples)
@@ -254,7 +254,7 @@ class RerankTask(FinetuningTask):
 
     def collection_metrics(self, model, on_batch=None) -> dict:
         """trec_eval's measures of the BM25 candidates reranked by `model`."""
-        from bertmodel.eval.search import rerank_run
+        from bertmodel.retrieval.search import rerank_run
 
         total = -(-sum(len(c) for c in self.candidates.values()) // self.cfg.eval_batch_size)
         done = [0]

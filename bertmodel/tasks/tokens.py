@@ -3,7 +3,7 @@ its first WordPiece (transformers' BertForTokenClassification).
 
 Reading (CoNLL text or tag-list tables, IOB1/BIOES -> IOB2): data/tagged.py; words to
 WordPiece windows, labels on first pieces: data/word_windows.py; the entity metric as
-CoNLL's conlleval computes it: eval/entities.py. Each evaluation predicts every word of
+CoNLL's conlleval computes it: metrics/entities.py. Each evaluation predicts every word of
 the validation set and reports entity precision, recall and F1 (overall and per type)
 and token accuracy; plain tags (no B-/I- entities) report token accuracy alone.
 
@@ -21,12 +21,13 @@ import torch
 from bertmodel.data.tagged import TaggedSentences, read_tagged
 from bertmodel.data.word_windows import IGNORE_INDEX, WordWindows, encode_words
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.entities import entity_metrics, to_iob2
+from bertmodel.metrics.entities import entity_metrics, to_iob2
 from bertmodel.model import HeadModel
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.training.metrics import encoder_flops
 from bertprep.tokenizer import span_end
-from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, forward_all, split_identity,
+from bertmodel.training.batched_forward import forward_all
+from bertmodel.tasks.finetuning import (FinetuningTask, best_metric, split_identity,
                                         start_from)
 from bertmodel.tasks.task_defaults import task_default
 

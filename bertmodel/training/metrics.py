@@ -56,21 +56,14 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
-def unpadded_extent(attention_mask) -> dict[str, int]:
-    """What an unpadded batch computes, from its (B, T) 1/0 mask (numpy or torch):
-    `tokens`, its real tokens, and `attention_pairs`, each sequence's own query-key
-    pairs summed (the sum of its lengths squared); train_flops' keywords."""
-    lengths = attention_mask.sum(1)
-    return {"tokens": int(lengths.sum()), "attention_pairs": int((lengths * lengths).sum())}
-
-
 def encoder_flops(config: BertConfig | ModernBertConfig, batch: int, seq_len: int, last_layer_rows: int | None = None,
                   tokens: int | None = None, attention_pairs: int | None = None) -> float:
     """Training FLOPs (6 per MAC: forward + backward) of the encoder on (batch, seq_len),
     where the last layer computes only `last_layer_rows` rows per sequence when given
     (its keys and values still cover every token). tokens / attention_pairs: what an
-    unpadded batch computes (unpadded_extent; default the padded B * T, B * T^2). Each
-    layer's attention counts the keys it reads (a local layer's window, config.attended_pairs)."""
+    unpadded batch computes (model/unpad.py's unpadded_extent; default the padded
+    B * T, B * T^2). Each layer's attention counts the keys it reads (a local layer's
+    window, config.attended_pairs)."""
     H, L = config.hidden_size, config.num_hidden_layers
     weights = config.layer_weight_macs()  # per token
     tokens = batch * seq_len if tokens is None else tokens

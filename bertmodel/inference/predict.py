@@ -114,7 +114,7 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
 def load_task_model(model, options: dict, device: str = "cpu", read_validation: bool = True, unpad: str = "auto",
                     log=None):
     """(task object, model on device and in eval mode, Dist) of a fine-tuned model: what
-    evaluation, prediction and the retrieval evaluation (retrieval/evaluate.py) score with."""
+    evaluation, prediction and the retrieval evaluation (inference/rank.py) score with."""
     return _setup(model, options, device, read_validation=read_validation, unpad=unpad, log=log)
 
 

@@ -1,13 +1,14 @@
-"""Retrieval evaluation of an embed or rerank run on a collection: what `bertmodel evaluate
-RUN --data BEIR_DIR` and the eval suite's retrieval and reranking tasks run.
+"""An embed or rerank run ranks a collection: scored against its judgements (what
+`bertmodel evaluate RUN --data BEIR_DIR` and the eval suite's retrieval and reranking
+tasks run), or answering a few queries (`bertmodel search`).
 
 An embed run encodes the queries and the whole corpus (in batches, longest texts first)
-and searches exactly (eval/search.py: chunked matrix products, the top k merged, so memory
-is bounded by the chunk, not the corpus). A rerank run rescores each query's top k of a
+and searches exactly (retrieval/search.py: chunked matrix products, the top k merged, so
+memory is bounded by the chunk, not the corpus). A rerank run rescores each query's top k of a
 first stage: BM25 (bm25s) or an embed run's exact search; the first stage's own measures
 are reported beside (`first_stage_*`), so the reranker's gain is in the same output. The
 measures are trec_eval's nDCG@10, MRR@10, Recall@100 and MAP, averaged over the split's
-judged queries (eval/ranking.py).
+judged queries (metrics/ranking.py).
 
 The ranking goes to RUN/run.trec (or --out DIR), in TREC's run format (`query Q0 passage
 rank score tag`), written whole or not at all; an earlier one is replaced only with
@@ -19,11 +20,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertmodel.data.beir import BeirData, is_beir_dir, read_beir
+from bertmodel.data.beir import BeirData, beir_split, is_beir_dir, passage_text, read_beir
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.ranking import ranking_metrics, trec_order
-from bertmodel.eval.search import dense_run, rerank_run
+from bertmodel.metrics.ranking import ranking_metrics, trec_order
 from bertmodel.hf import TASK_FILE, model_dir
+from bertmodel.retrieval.search import dense_run, rerank_run
+from bertmodel.retrieval.texts import read_corpus
 
 RUN_FILE = "run.trec"
 RETRIEVAL_TASKS = ("embed", "rerank")
@@ -51,10 +53,9 @@ def run_validation(model) -> str | None:
 def read_collection(data, split: str | None = None) -> BeirData:
     """A BEIR directory's split (default dev, else test), a SQuAD file's by-article split
     when one is named (squad-to-beir's), or (query, positive[, negatives]) pairs made
-    into a collection (tasks/embed.py's pairs_collection; a SQuAD file's every question)."""
-    from bertmodel.data.pairs import is_squad_file, read_pairs
+    into a collection (data/pairs.py's pairs_collection; a SQuAD file's every question)."""
+    from bertmodel.data.pairs import is_squad_file, pairs_collection, read_pairs
     from bertmodel.data.squad_beir import read_squad_beir
-    from bertmodel.tasks.embed import beir_split, pairs_collection
 
     if is_beir_dir(data):
         return read_beir(data, beir_split(data, split))
@@ -89,7 +90,7 @@ def first_stage_run(beir: BeirData, first_stage: str, top_k: int, device: str, b
                     log=None) -> dict[str, dict[str, float]]:
     """The candidates a reranker rescores: BM25's top k, or an embed run's."""
     if first_stage == "bm25":
-        from bertmodel.eval.bm25 import bm25_run
+        from bertmodel.retrieval.bm25 import bm25_run
 
         if log:
             log(f"first stage: BM25 (bm25s) top {top_k} of {len(beir.corpus):,} passages")
@@ -105,7 +106,7 @@ def rerank_retrieval(model, beir: BeirData, first_stage: str = "bm25", top_k: in
                      batch_size: int = 64, log=None, judged: bool = True) -> RetrievalResult:
     """The first stage's top k of each query rescored by a rerank run; its own measures
     come back as first_stage_* (no measures unless `judged`)."""
-    from bertmodel.evaluation import load_task_model
+    from bertmodel.inference.predict import load_task_model
 
     task, net, d = load_task_model(model, {}, device, read_validation=False)
     if task.name != "rerank":
@@ -178,3 +179,24 @@ def evaluate_retrieval(model, data, split: str | None = None, first_stage: str =
         result = rerank_retrieval(model, beir, first_stage, top_k, device, batch_size, log=log)
     check_run_file(path.parent, overwrite)  # again: nothing arrived there while it ran
     return result.metrics, [write_trec_run(path, result.run)]
+
+
+def search(model, corpus, queries: list[str], top_k: int = 10, column: str | None = None, device: str = "cpu",
+           batch_size: int = 64, candidates: int = 100) -> list[dict]:
+    """Each query's top_k passages of `corpus`: [{query, rank, id, score, text}, ...], best
+    first. An embed run: exact search; a rerank run: BM25's top `candidates`, rescored."""
+    if not queries:
+        raise BertmodelError("give at least one --query")
+    collection = read_corpus(corpus, column)
+    beir = BeirData(collection.corpus, {f"q{i}": q for i, q in enumerate(queries)}, {}, "search", collection.source)
+    kind = retrieval_kind(model) or "embed"  # a sentence-transformers or transformers dir embeds
+    if kind == "embed":
+        run = embed_retrieval(model, beir, device, batch_size, k=top_k, judged=False).run
+    else:
+        run = rerank_retrieval(model, beir, "bm25", max(candidates, top_k), device, batch_size, judged=False).run
+    hits = []
+    for qid, query in beir.queries.items():
+        for rank, docid in enumerate(trec_order(run.get(qid, {}))[:top_k], 1):
+            hits.append({"query": query, "rank": rank, "id": docid, "score": run[qid][docid],
+                         "text": passage_text(beir.corpus[docid])})
+    return hits

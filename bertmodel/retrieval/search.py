@@ -12,7 +12,7 @@ Why the result does not depend on the chunk size (and is the same on any CPU):
   ~d x 2^-53 relative, a billionth of a float32 step, so after rounding every chunking
   gives the same float32 score except in the rare case the exact value lies that close
   to a float32 rounding boundary.
-- Ties are broken as trec_eval orders them, by passage id descending (eval/ranking.py),
+- Ties are broken as trec_eval orders them, by passage id descending (metrics/ranking.py),
   through one integer key per (score, passage): the score's order-preserving 32 bits
   above the passage's rank among the sorted ids. Keys are distinct, so the top k is a
   unique set and `argpartition` cannot pick among equals arbitrarily.
@@ -31,7 +31,7 @@ import numpy as np
 
 from bertmodel.data.beir import BeirData, passage_text
 from bertmodel.errors import BertmodelError
-from bertmodel.eval.ranking import ranking_metrics, trec_order
+from bertmodel.metrics.ranking import ranking_metrics, trec_order
 
 DEFAULT_CHUNK_SIZE = 16_384  # passages encoded and scored at a time
 QUERY_BLOCK = 1_024  # queries scored at a time: 1,024 x 16,384 x (8 + 4 + 8 + 8) bytes = 470 MB at most

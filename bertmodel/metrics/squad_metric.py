@@ -18,7 +18,6 @@ from __future__ import annotations
 import string
 from collections import Counter
 
-from bertmodel.data.squad import SquadExample
 from bertmodel.errors import BertmodelError
 
 _PUNCTUATION = frozenset(string.punctuation)
@@ -66,9 +65,11 @@ def f1_score(prediction: str, gold: str, version_2: bool = False) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_metric(examples: list[SquadExample], predictions: dict[str, str], version_2: bool = False) -> dict:
+def squad_metric(examples: list, predictions: dict[str, str], version_2: bool = False) -> dict:
     """{"exact_match", "f1", "total", "missing"} (+ for v2.0 "HasAns_exact", "HasAns_f1",
-    "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total"), percentages 0-100.
+    "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total"), percentages 0-100, of
+    `examples` (data/squad.py's SquadExample: read for its id, answers and source; the
+    metrics never import the readers, which use them) against predictions by id.
     A question without a prediction scores 0 and is counted in `missing`."""
     if not examples:
         raise BertmodelError("squad_metric: no questions to score")
