@@ -63,6 +63,16 @@ def reference(params, grads_per_step, lrs, decays, peaks=None):
     return history, rms_seen
 
 
+def stepped(optimizer, leaves, grads_per_step, lrs) -> None:
+    """One optimizer step per entry: the lr set as the trainer sets it, the gradients given."""
+    for grads, lr in zip(grads_per_step, lrs):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for p, g in zip(leaves, grads):
+            p.grad = g.clone()
+        optimizer.step()
+
+
 def ours(params, grads_per_step, lrs, decays, optimizer_class=StableAdamW, **kw):
     """Two groups as the model's (decayed matrices, undecayed vectors); params after each step."""
     leaves = [torch.nn.Parameter(p.clone()) for p in params]
@@ -70,11 +80,7 @@ def ours(params, grads_per_step, lrs, decays, optimizer_class=StableAdamW, **kw)
     opt = optimizer_class(groups, lr=PEAK, betas=BETAS, eps=EPS, **kw)
     history = []
     for grads, lr in zip(grads_per_step, lrs):
-        for group in opt.param_groups:
-            group["lr"] = lr
-        for p, g in zip(leaves, grads):
-            p.grad = g.clone()
-        opt.step()
+        stepped(opt, leaves, [grads], [lr])
         history.append([p.detach().clone() for p in leaves])
     return history
 
@@ -167,15 +173,6 @@ def test_a_resumed_optimizer_keeps_its_peak_lr_and_state():
         resumed.step()
     for x, y in zip(again, straight):
         assert torch.equal(x.detach(), y)
-
-
-def stepped(optimizer, leaves, grads_per_step, lrs) -> None:
-    for grads, lr in zip(grads_per_step, lrs):
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        for p, g in zip(leaves, grads):
-            p.grad = g.clone()
-        optimizer.step()
 
 
 def fresh(params, peak: float = PEAK):
