@@ -56,11 +56,16 @@ def embed_command(minilm, rows, tmp, out, pooling: str, *extra) -> list:
 
 @pytest.fixture(scope="module", params=["cls", "mean"])
 def run(request, minilm, rows, tmp_path_factory):
-    """Stopped at step 1 with --query-prefix 'q: ', resumed with 'query: ' (refused, then
-    allowed): the run ends reading queries as 'query: ' + text."""
+    """The run reads queries as 'query: ' + text. [CLS] pooling: stopped at step 1 with
+    --query-prefix 'q: ', resumed with 'query: ' (refused, then allowed); mean pooling: a
+    plain run."""
     pooling = request.param
     tmp = tmp_path_factory.mktemp(f"embed-export-{pooling}")
     out = tmp / "run"
+    if pooling == "mean":
+        plain = invoke(*embed_command(minilm, rows, tmp, out, pooling, "--query-prefix", QUERY_PREFIX))
+        assert plain.exit_code == 0, plain.output
+        return out, pooling
     first = invoke(*embed_command(minilm, rows, tmp, out, pooling, "--query-prefix", "q: ", "--stop-at", "1"))
     assert first.exit_code == 0, first.output
     before = sorted(p.name for p in (out / "checkpoints").iterdir())
