@@ -90,7 +90,9 @@ def test_text_of_real_scripts_round_trips(text):
         assert "".join(c for c in normalised if not c.isspace()) == _lower_letters(text)
     else:
         letters = sum(norm.scripts.values())
-        assert letters == 0 or sum(norm.scripts.get(s, 0) for s in ("Latin", "Greek", "Cyrillic")) >= 0.99
+        # The shares are each a count / letters; their float sum may land a few ulps under
+        # an exact 99% that auto (one division of counts) accepts, hence the 1e-12.
+        assert letters == 0 or sum(norm.scripts.get(s, 0) for s in ("Latin", "Greek", "Cyrillic")) >= 0.99 - 1e-12
 
 
 def _counts(text: str) -> dict[str, int]:
