@@ -24,8 +24,12 @@ import time
 
 import click
 
+from bertmodel.demo.mlm_baseline import frequent_guess, last_evaluation, reading_guide
+
 HELD_OUT_EVERY = 25  # every 25th document goes to the evaluation corpus
 DEMO_STEPS = 2000  # about 5 minutes on a 2-core CPU for the tiny preset
+BATCH_SIZE = 32  # pre-training rows per step, and per held-out batch
+EVAL_BATCHES = 20  # held-out batches each evaluation scores
 
 FILL_MASK_EXAMPLES = (  # a few minutes of CPU training mostly learns frequent words; these show more
     "Close the [MASK].",
@@ -65,19 +69,6 @@ def split_held_out(corpus: pathlib.Path, train: pathlib.Path, held_out: pathlib.
     train.write_text("\n\n".join(d.strip("\n") for d in kept) + "\n", encoding="utf-8")
     held_out.write_text("\n\n".join(d.strip("\n") for d in evaluation) + "\n", encoding="utf-8")
     return len(kept), len(evaluation)
-
-
-def unigram_baseline(shard_dir: pathlib.Path) -> float:
-    """MLM accuracy of always guessing the most frequent label: the bar to clear."""
-    import numpy as np
-    import pyarrow as pa
-
-    labels = []
-    for path in sorted(shard_dir.glob("*.arrow")):
-        table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
-        labels.append(table.column("masked_lm_ids").combine_chunks().values.to_numpy())
-    counts = np.bincount(np.concatenate(labels))
-    return float(counts.max() / counts.sum())
 
 
 def summarize_training(run: pathlib.Path) -> list[str]:
@@ -143,12 +134,15 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
 
     step.banner(f"5/8 Pre-train a {preset} BERT on the CPU for {steps} steps")
     step.run("bertmodel", "pretrain", "--data", str(shards), "--eval-data", str(eval_shards), "--out", str(run),
-             "--preset", preset, "--max-steps", str(steps), "--batch-size", "32", "--lr", "1e-3",
+             "--preset", preset, "--max-steps", str(steps), "--batch-size", str(BATCH_SIZE), "--lr", "1e-3",
              "--warmup-steps", str(max(steps // 10, 1)), "--save-every", str(max(steps // 4, 1)),
-             "--eval-every", str(max(steps // 4, 1)), "--eval-batches", "20", "--log-every", "20", "--device", "cpu")
+             "--eval-every", str(max(steps // 4, 1)), "--eval-batches", str(EVAL_BATCHES), "--log-every", "20",
+             "--device", "cpu")
     for line in summarize_training(run):
         click.echo(line)
-    click.echo(f"(always guessing the most frequent token would score {unigram_baseline(eval_shards):.3f} MLM accuracy)")
+    guess = frequent_guess(shards, eval_shards, BATCH_SIZE, EVAL_BATCHES)
+    click.echo(f"(always guessing {guess.token!r}, the training shards' most frequent masked token, would score "
+               f"{guess.accuracy:.3f} MLM accuracy on the same {guess.positions:,} held-out positions)")
     if can_plot:
         step.run("bertmodel", "plot", str(run), "--out", str(plots / "training-curves.png"), "--overwrite")
 
@@ -157,6 +151,7 @@ def run_demo(out, steps: int = DEMO_STEPS, preset: str = "tiny", verbose: bool =
 
     step.banner("7/8 Ask it to fill in the blanks")
     step.run("bertmodel", "fill-mask", str(model), *FILL_MASK_EXAMPLES, "--top-k", "5")
+    click.echo(reading_guide(last_evaluation(run), guess))
 
     step.banner("8/8 Fine-tune it, and the same from random weights: which package does a docstring sentence document?")
     from bertmodel.demo.task import majority_baseline, write_topic_task
