@@ -402,3 +402,20 @@ validation = "dev.tsv"
                                   f"--out for {other}\n")
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
+
+
+@pytest.mark.parametrize("command, metric, problem", [
+    ("embed", None, None), ("embed", "map", None), ("embed", "accuracy", "reports ndcg@10, mrr@10, recall@100, map"),
+    ("rerank", None, None), ("rerank", "auc", None), ("rerank", "recall@100", None),  # pairs; a BEIR directory
+    ("rerank", "f1", "reports ndcg@10, mrr@10, accuracy, auc, loss, recall@100, map"),
+])
+def test_retrieval_tasks_take_the_metrics_their_runs_report(tmp_path, command, metric, problem):
+    """embed reports trec_eval's measures; rerank its pairs' figures on labelled pairs and
+    trec_eval's on a BEIR directory (tasks/rerank.py metric_names), ndcg@10 by default."""
+    text = TASK.replace('"classify"', f'"{command}"') + (f'metric = "{metric}"\n' if metric else "")
+    path = write_suite(tmp_path, text)
+    if problem:
+        with pytest.raises(BertmodelError, match=f"task 'rte' metric: '{metric}': `finetune {command}` {problem}$"):
+            load_suite(path)
+    else:
+        assert load_suite(path).tasks[0].metric == (metric or "ndcg@10")

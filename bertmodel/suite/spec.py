@@ -17,7 +17,7 @@ A TOML file, or the name of one shipped in suites/ (`shared-data`, `shared-data-
     train = "glue/RTE/train.tsv"       # relative to the data dir
     validation = "glue/RTE/dev.tsv"
     metric = "accuracy"                # --metric-for-best; default accuracy (classify, choice), f1 (qa, tokens),
-                                       # ndcg@10 (embed on a BEIR directory, rerank on labelled pairs)
+                                       # ndcg@10 (embed, rerank)
     options = { text_column = "sentence1", text_pair_column = "sentence2" }
     grid = { lr = [2e-5, 3e-5, 5e-5], epochs = [3], batch_size = [32] }   # replaces [grid]
     note = "Shown in --dry-run and kept in results.json."
@@ -43,6 +43,7 @@ from typing import Callable
 
 from bertmodel.errors import BertmodelError
 from bertmodel.finetune import FinetuneConfig
+from bertmodel.tasks.task_defaults import TASK_DEFAULTS
 
 try:  # Python 3.11+
     import tomllib
@@ -52,8 +53,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 SHIPPED = Path(__file__).resolve().parent / "suites"
 DEFAULT_SEEDS = (1, 2, 3)
 # finetune COMMAND -> the metric its runs are judged by unless the task names another
-DEFAULT_METRICS = {"classify": "accuracy", "qa": "f1", "tokens": "f1", "choice": "accuracy", "embed": "ndcg@10",
-                   "rerank": "ndcg@10"}
+DEFAULT_METRICS = {command: metric for command, (metric, _) in TASK_DEFAULTS["metric_for_best"].items()}
 # The metrics each command's runs report (tasks' metric_names; which of them a run has
 # depends on its data: binary f1 on two classes, pearson on regression, an entity type's
 # <TYPE>_f1 on its tags), checked before anything runs: a typo would fail every run.
@@ -63,8 +63,9 @@ METRICS = {"classify": ("accuracy", "macro_f1", "mcc", "f1", "loss", "pearson", 
            "choice": ("accuracy", "loss"),
            # retrieval on a BEIR directory (or a SQuAD file's by-article split), trec_eval's measures
            "embed": ("ndcg@10", "mrr@10", "recall@100", "map"),
-           # labelled (query, passage) pairs: per-query ranking of each query's candidates, and the pairs' own
-           "rerank": ("ndcg@10", "mrr@10", "accuracy", "auc", "loss")}
+           # labelled (query, passage) pairs: per-query ranking of each query's candidates, and the pairs' own;
+           # a BEIR directory: BM25's top --top-k reranked, trec_eval's measures
+           "rerank": ("ndcg@10", "mrr@10", "accuracy", "auc", "loss", "recall@100", "map")}
 PER_TYPE = re.compile(r".+_(f1|precision|recall)")  # tokens: an entity type's own figures
 SUITE_KEYS = ("name", "description", "seeds", "data_dir", "defaults", "grid", "task")
 TASK_KEYS = ("name", "command", "train", "validation", "metric", "options", "grid", "note")
@@ -98,7 +99,7 @@ class GridPoint:
 class TaskSpec:
     name: str
     command: str
-    """The `bertmodel finetune` command: classify, qa, tokens or choice."""
+    """The `bertmodel finetune` command: classify, qa, tokens, choice, embed or rerank."""
     train: str
     """Training file, relative to the data dir (or absolute)."""
     validation: str
