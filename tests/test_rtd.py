@@ -278,7 +278,8 @@ def test_evaluate_and_predict_refuse_a_modernbert_discriminator(shards, tmp_path
             result = invoke(main, *args, code=1)
             assert result.output == (f"Error: {model}: a pre-training run (ModernBertForTokenClassification), not "
                                      f"a fine-tuned model; fine-tune it first (bertmodel finetune classify|qa|"
-                                     f"tokens|choice --model {model} ...)\n"), result.output
+                                     f"tokens|choice --model {model} ...), or score it as an embedder "
+                                     f"(bertmodel evaluate {model} --data BEIR_DIR)\n"), result.output
     assert not (tmp_path / "p.jsonl").exists()
 
 

@@ -86,7 +86,8 @@ def data_options(task: str | None, defaults: bool = True):
     length_help = {"classify": "Tokens per example.", "qa": "Tokens per window (question + context).",
                    "tokens": "Tokens per window (longer sentences are cut into windows; every word is predicted).",
                    "choice": "Tokens per choice (context + choice).",
-                   None: "Tokens per example (classify, choice) or window (qa, tokens)."}[task]
+                   None: "Tokens per example (classify, choice, rerank pairs), window (qa, tokens) or text (an "
+                         "embedder's queries and passages)."}[task]
     decorators = [
         opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
         opt("--dataset-config", help="The dataset's configuration (e.g. glue's 'rte')."),

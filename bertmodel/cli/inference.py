@@ -36,6 +36,9 @@ NO_ANSWER = "(no answer)"  # how predict shows SQuAD v2.0's empty answer on the 
 def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_tags, first_stage, top_k, **options):
     """Print a fine-tuned model's metrics on labelled data as one JSON object, and write
     its predictions (predictions.jsonl; for QA predictions.json and nbest_predictions.json).
+    An embed or rerank run, or any encoder on a BEIR directory (a pre-training run, a
+    transformers or sentence-transformers directory: a starting model's baseline, read as
+    an embedder), prints trec_eval's measures and writes its ranking (run.trec).
 
     Data options default to those the run was trained with; each applies to the tasks its
     help names. What was read, and what --max-seq-length cut (rows truncated, sentences
@@ -44,6 +47,7 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_t
     \b
     Example:
       bertmodel evaluate rte/ --data RTE/dev.tsv
+      bertmodel evaluate all-MiniLM-L6-v2/ --data beir-squad/ --validation-split test
     """
     from bertmodel.inference.predict import evaluate_model
     from bertmodel.data.beir import is_beir_dir
@@ -52,12 +56,15 @@ def evaluate(run, data, out, device, unpad, overwrite, progress, allow_unknown_t
 
     kind = retrieval_kind(run)
     collection = data if data else (run_validation(run) if kind == "rerank" else None)
-    if kind == "embed" or (kind == "rerank" and collection and is_beir_dir(collection)):
+    # A BEIR directory is ranked: by a rerank run, or by anything else read as an embedder
+    # (load_embedder refuses a fine-tuned classifier or the like, naming what it reads).
+    if kind == "embed" or (collection and is_beir_dir(collection) and kind in ("rerank", None)):
         with pass_progress(progress, "eval"):
             metrics, paths = evaluate_retrieval(run, data, options.get("validation_split"),
                                                 first_stage, top_k, out_dir=out, device=device or "auto",
                                                 batch_size=options.get("eval_batch_size") or 64, overwrite=overwrite,
-                                                log=functools.partial(click.echo, err=True))
+                                                log=functools.partial(click.echo, err=True),
+                                                max_length=options.get("max_seq_length"))
         click.echo(json.dumps(metrics, sort_keys=True))
         click.echo(f"ranking: {', '.join(map(str, paths))}", err=True)
         return

@@ -28,6 +28,11 @@ from bertmodel.model import KIND_OF
 
 TASK_OF = {architecture: kind for architecture, kind in KIND_OF.items()  # either architecture's fine-tuned heads
            if kind in ("classify", "qa", "tokens", "choice")}
+# What evaluate and predict take, said where a model is none of it: an encoder (a
+# starting model) is scored as an embedder on a BEIR directory (inference/rank.py).
+NOT_FINETUNED = ("evaluate and predict take classify, qa, tokens, choice and rerank models fine-tuned by `bertmodel "
+                 "finetune` (evaluate also embed runs); an encoder is scored as an embedder by `bertmodel evaluate "
+                 "{model} --data BEIR_DIR`")
 
 
 def _setup(model, options: dict, device: str, read_validation: bool = True, unpad: str = "auto", log=None,
@@ -53,9 +58,11 @@ def _setup(model, options: dict, device: str, read_validation: bool = True, unpa
                              "--data BEIR_DIR` scores it")
     if pre.head.get("name") == "pretraining":  # an ELECTRA discriminator has a token classifier's shape, and is none
         raise BertmodelError(f"{model}: a pre-training run ({pre.architecture}), not a fine-tuned model; fine-tune it "
-                             f"first (bertmodel finetune classify|qa|tokens|choice --model {model} ...)")
+                             f"first (bertmodel finetune classify|qa|tokens|choice --model {model} ...), or score it "
+                             f"as an embedder (bertmodel evaluate {model} --data BEIR_DIR)")
     if task_name is None:
-        raise BertmodelError(f"{model}: a {pre.architecture} model is not a fine-tuned classifier or QA model")
+        raise BertmodelError(f"{model}: a {pre.architecture} model, not a fine-tuned one; "
+                             f"{NOT_FINETUNED.format(model=model)}")
     saved = dict(pre.head.get("options") or {})
     saved.update({k: v for k, v in options.items() if v is not None})
     saved.pop("train", None)

@@ -73,15 +73,20 @@ class RetrievalResult:
 
 
 def embed_retrieval(model, beir: BeirData, device: str = "cpu", batch_size: int = 64, k: int = 100,
-                    log=None, judged: bool = True) -> RetrievalResult:
-    """Exact search with an embed run (or any model load_embedder reads) over the
-    collection; its measures unless not `judged` (a search without qrels)."""
+                    log=None, judged: bool = True, max_length: int | None = None) -> RetrievalResult:
+    """Exact search with an embed run (or any encoder load_embedder reads) over the
+    collection, queries and passages cut at `max_length` tokens where given (else the
+    model's own lengths); its measures unless not `judged` (a search without qrels)."""
     from bertmodel.retrieval.embedder import load_embedder
 
-    embedder = load_embedder(model, device=device, batch_size=batch_size)
+    embedder = load_embedder(model, device=device, batch_size=batch_size, max_passage_length=max_length,
+                             max_query_length=max_length)
     if log:
-        log(f"encoding {len(beir.queries):,} queries and {len(beir.corpus):,} passages with {model}")
-    run = dense_run(beir, embedder.encode_queries, embedder.encode_passages, k=k)
+        s = embedder.settings
+        log(f"encoding {len(beir.queries):,} queries and {len(beir.corpus):,} passages with {model} ({s['pooling']} "
+            f"pooling, {s['similarity']}, queries cut at {s['max_query_length']} tokens, passages at "
+            f"{s['max_passage_length']})")
+    run = dense_run(beir, embedder.search_encoder("query"), embedder.search_encoder("passage"), k=k)
     return RetrievalResult(ranking_metrics(run, beir.qrels) if judged else {}, run, len(beir.queries),
                            len(beir.corpus))
 
@@ -103,12 +108,14 @@ def first_stage_run(beir: BeirData, first_stage: str, top_k: int, device: str, b
 
 
 def rerank_retrieval(model, beir: BeirData, first_stage: str = "bm25", top_k: int = 100, device: str = "cpu",
-                     batch_size: int = 64, log=None, judged: bool = True) -> RetrievalResult:
-    """The first stage's top k of each query rescored by a rerank run; its own measures
-    come back as first_stage_* (no measures unless `judged`)."""
+                     batch_size: int = 64, log=None, judged: bool = True,
+                     max_length: int | None = None) -> RetrievalResult:
+    """The first stage's top k of each query rescored by a rerank run (its pairs cut at
+    `max_length` where given, else at the run's length); its own measures come back as
+    first_stage_* (no measures unless `judged`)."""
     from bertmodel.inference.predict import load_task_model
 
-    task, net, d = load_task_model(model, {}, device, read_validation=False)
+    task, net, d = load_task_model(model, {"max_seq_length": max_length}, device, read_validation=False)
     if task.name != "rerank":
         raise BertmodelError(f"{model}: a {task.name} run, not a reranker")
     candidates = first_stage_run(beir, first_stage, top_k, device, batch_size, log)
@@ -154,14 +161,18 @@ def write_trec_run(path: Path, run: dict[str, dict[str, float]], tag: str = "ber
 
 def evaluate_retrieval(model, data, split: str | None = None, first_stage: str = "bm25", top_k: int | None = None,
                        out_dir=None, device: str = "cpu", batch_size: int = 64, overwrite: bool = False,
-                       log=None) -> tuple[dict, list[Path]]:
+                       log=None, max_length: int | None = None) -> tuple[dict, list[Path]]:
     """(metrics, [the run file]) of an embed or rerank run on `data` (a BEIR directory or
-    pairs; None: the run's validation data); a reranker's `top_k` defaults to the run's
-    own; the earlier run file is refused before any work unless `overwrite`."""
+    pairs; None: the run's validation data), or of any other encoder read as an embedder
+    (a starting model's baseline: a pre-training run, a transformers or sentence-transformers
+    directory; load_embedder refuses what is none); a reranker's `top_k` defaults to the
+    run's own; the earlier run file is refused before any work unless `overwrite`."""
+    from bertmodel.retrieval.embedder import check_embeds
+
     saved = task_file(model)
-    kind = saved.get("name")
-    if kind not in RETRIEVAL_TASKS:
-        raise BertmodelError(f"{model}: not an embed or rerank run")
+    kind = saved.get("name") if saved.get("name") in RETRIEVAL_TASKS else "embed"
+    if kind == "embed":
+        check_embeds(model, saved, saved.get("architecture"))  # before any data is read
     path = check_run_file(Path(out_dir) if out_dir else Path(model), overwrite)
     options = saved.get("options") or {}
     top_k = top_k or options.get("rerank_top_k") or 100
@@ -174,9 +185,10 @@ def evaluate_retrieval(model, data, split: str | None = None, first_stage: str =
         log(f"{data}: {len(beir.queries):,} queries over {len(beir.corpus):,} passages"
             + (f" (split {beir.split})" if is_beir_dir(data) else " (pairs as a collection)"))
     if kind == "embed":
-        result = embed_retrieval(model, beir, device, batch_size, k=max(top_k, 100), log=log)
+        result = embed_retrieval(model, beir, device, batch_size, k=max(top_k, 100), log=log, max_length=max_length)
     else:
-        result = rerank_retrieval(model, beir, first_stage, top_k, device, batch_size, log=log)
+        result = rerank_retrieval(model, beir, first_stage, top_k, device, batch_size, log=log,
+                                  max_length=max_length)
     check_run_file(path.parent, overwrite)  # again: nothing arrived there while it ran
     return result.metrics, [write_trec_run(path, result.run)]
 

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import torch
 
 from bertmodel.model.contrastive import DEFAULT_SCALE, contrastive_loss
+from bertmodel.model.electra_heads import ElectraWithHead
 from bertmodel.model.heads import BertWithHead, HeadModel
 from bertmodel.model.modernbert_heads import ModernBertWithHead
 
@@ -166,3 +167,20 @@ class ModernBertBiEncoder(_BiEncoder, ModernBertWithHead):
 
 
 BI_ENCODERS: dict[str, type[HeadModel]] = {"bert": BertBiEncoder, "modernbert": ModernBertBiEncoder}
+
+
+class ElectraBiEncoder(_BiEncoder, ElectraWithHead):
+    """An ELECTRA discriminator read as an embedder (its `electra` encoder, pooled); embed
+    does not train it (its export is BERT's or ModernBERT's encoder class)."""
+
+    hf_architecture = "ElectraModel"
+
+    def __init__(self, config, **options):
+        super().__init__(config, **options)
+        self.init_weights()
+
+
+# What reads texts into vectors: every encoder we load (embed runs, pre-training runs and
+# their exports, transformers and sentence-transformers directories); BI_ENCODERS, those
+# embed trains and exports, are a part of it.
+ENCODER_READERS: dict[str, type[HeadModel]] = {**BI_ENCODERS, "electra": ElectraBiEncoder}

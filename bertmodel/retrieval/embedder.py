@@ -2,9 +2,11 @@
 `bertmodel embed`, `search`, `evaluate` and the eval suite load.
 
 `load_embedder(path)` reads an embed run (RUN, RUN/hf, a checkpoint), any
-sentence-transformers directory (its pooling, normalisation and prompts), or a plain
-transformers BERT/ModernBERT directory (mean pooling, normalised: the usual
-sentence-embedding reading of an encoder); `encode_queries` / `encode_passages` give
+sentence-transformers directory (its pooling, normalisation, prompts, length and
+similarity), or any other encoder: a pre-training run or its export, a transformers
+BERT, ModernBERT or ELECTRA directory (mean pooling, normalised: the usual
+sentence-embedding reading of an encoder, so a starting model has a baseline); our
+fine-tuned classifiers and the like are refused. `encode_queries` / `encode_passages` give
 (n, D) float32 rows, each text with its prefix (the run's --query-prefix /
 --passage-prefix, a sentence-transformers model's "query" / "document" prompt) and cut at
 its length. Texts are encoded longest first, so a batch holds texts of like length and
@@ -23,7 +25,10 @@ import torch
 from bertmodel.errors import BertmodelError
 
 DEFAULT_SETTINGS = {"pooling": "mean", "normalize": True, "query_prefix": "", "passage_prefix": "",
-                    "max_query_length": 64, "max_passage_length": 256}
+                    "max_query_length": 64, "max_passage_length": 256, "similarity": "cosine"}
+# What load_embedder reads besides embed runs: the encoder of a pre-training run (a task
+# file naming another task is a fine-tuned model, whose vectors were never trained).
+ENCODER_TASKS = (None, "embed", "pretraining")
 
 
 @dataclass
@@ -70,6 +75,19 @@ class Embedder:
     def encode_passages(self, texts: list[str], on_batch=None) -> np.ndarray:
         return self.encode(list(texts), "passage", on_batch)
 
+    def search_encoder(self, kind: str):
+        """texts -> vectors whose dot products rank as the model's similarity does: a
+        cosine model whose vectors are not unit length (a sentence-transformers directory
+        without a Normalize module) is normalised here, in float64 (the search's own
+        precision), and a dot-product model is left as it is."""
+        if self.settings.get("similarity", "cosine") == "dot" or self.settings.get("normalize", True):
+            return lambda texts: self.encode(list(texts), kind)
+
+        def unit(texts):
+            vectors = self.encode(list(texts), kind).astype(np.float64)
+            return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return unit
+
 
 def embedding_settings(pre, directory: Path) -> dict:
     """How the model was trained to read texts: an embed run's recorded settings, a
@@ -87,22 +105,30 @@ def embedding_settings(pre, directory: Path) -> dict:
     return settings
 
 
+def check_embeds(path, task: dict, architecture: str | None) -> None:
+    """Refuse a run of ours fine-tuned for another task (`task`: its task record): its
+    encoder was trained for that task's head, not for vectors."""
+    if task.get("name") not in ENCODER_TASKS and architecture not in ("BertModel", "ModernBertModel"):
+        raise BertmodelError(f"{path}: a {task.get('name')} run ({architecture}), not an embedding model; texts are "
+                             "embedded by embed runs, pre-training runs, sentence-transformers directories and "
+                             "transformers BERT, ModernBERT and ELECTRA encoder directories")
+
+
 def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_length: int | None = None,
                   max_query_length: int | None = None) -> Embedder:
-    """An Embedder for an embed run, a sentence-transformers dir or a transformers dir."""
+    """An Embedder for an embed run, a sentence-transformers dir or any other encoder."""
     from bertmodel.hf import load_into, load_pretrained, model_dir
-    from bertmodel.model.bi_encoder import BI_ENCODERS
+    from bertmodel.model.bi_encoder import ENCODER_READERS
     from bertmodel.data.shards import tokenizer_path
     from bertmodel.training import parallel
 
     directory = model_dir(path)
     pre = load_pretrained(directory)
-    if pre.head.get("name") not in (None, "embed") and pre.architecture not in ("BertModel", "ModernBertModel"):
-        raise BertmodelError(f"{path}: a {pre.head.get('name')} run ({pre.architecture}), not an embedding model; "
-                             "embed runs, sentence-transformers and transformers encoder directories embed texts")
+    check_embeds(path, pre.head, pre.architecture)
     model_type = pre.config.model_type
-    if model_type not in BI_ENCODERS:
-        raise BertmodelError(f"{path}: a {model_type} model; embeddings are read from BERT and ModernBERT encoders")
+    if model_type not in ENCODER_READERS:
+        raise BertmodelError(f"{path}: a {model_type} model; embeddings are read from BERT, ModernBERT and ELECTRA "
+                             "encoders")
     if pre.tokenizer is None:
         raise BertmodelError(f"{path}: no tokenizer files (vocab.txt or tokenizer.json) stored with it")
     settings = embedding_settings(pre, Path(pre.source))
@@ -111,7 +137,7 @@ def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_l
             settings[name] = value
     for name in ("max_passage_length", "max_query_length"):
         settings[name] = min(int(settings[name]), pre.config.max_position_embeddings)
-    model = BI_ENCODERS[model_type](pre.config, pooling=settings["pooling"], normalize=settings["normalize"])
+    model = ENCODER_READERS[model_type](pre.config, pooling=settings["pooling"], normalize=settings["normalize"])
     load_into(model, pre)
     dev = torch.device(parallel.resolve_device(device))
     return Embedder(model.to(dev).eval(), tokenizer_path(pre.tokenizer), settings, dev,

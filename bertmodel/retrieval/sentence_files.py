@@ -71,27 +71,68 @@ def write_sentence_files(out_dir, settings: dict) -> None:
 
 
 def read_sentence_settings(directory) -> dict | None:
-    """A sentence-transformers directory's pooling, normalisation, prompts and length, in
-    write_sentence_files' terms; None where the directory has no modules.json."""
+    """A sentence-transformers directory's pooling, normalisation, prompts, length and
+    similarity, in write_sentence_files' terms (plus "similarity": "cosine" or "dot");
+    None where the directory has no modules.json. What SentenceTransformer(dir) reads:
+    the length is sentence_bert_config.json's max_seq_length, else the tokenizer's
+    model_max_length, for queries and passages alike; the similarity is
+    config_sentence_transformers.json's similarity_fn_name (cosine where unset)."""
     directory = Path(directory)
     if not (directory / MODULES).is_file():
         return None
     modules = json.loads((directory / MODULES).read_text(encoding="utf-8"))
-    settings = {"pooling": "mean", "normalize": False, "query_prefix": "", "passage_prefix": ""}
+    settings = {"pooling": "mean", "normalize": False, "query_prefix": "", "passage_prefix": "",
+                "similarity": "cosine"}
+    include_prompt = True
     for module in modules:
         kind = module.get("type", "")
         if kind.endswith("Pooling"):
-            config = json.loads((directory / module["path"] / "config.json").read_text(encoding="utf-8"))
-            mode = config.get("pooling_mode") or ("cls" if config.get("pooling_mode_cls_token") else "mean")
-            if mode not in ("mean", "cls"):
-                raise BertmodelError(f"{directory / module['path']}/config.json: pooling {mode!r}; embed reads "
-                                     "mean or cls pooling")
-            settings["pooling"] = mode
+            path = directory / module["path"] / "config.json"
+            config = json.loads(path.read_text(encoding="utf-8"))
+            settings["pooling"] = _pooling_mode(config, path)
+            include_prompt = config.get("include_prompt", True)
         elif kind.endswith("Normalize"):
             settings["normalize"] = True
     st_config = directory / "config_sentence_transformers.json"
     if st_config.is_file():
-        prompts = json.loads(st_config.read_text(encoding="utf-8")).get("prompts") or {}
+        config = json.loads(st_config.read_text(encoding="utf-8"))
+        prompts = config.get("prompts") or {}
         settings["query_prefix"] = prompts.get("query", "")
         settings["passage_prefix"] = prompts.get("document", prompts.get("passage", ""))
+        settings["similarity"] = {None: "cosine", "cos_sim": "cosine", "dot_score": "dot"}.get(
+            config.get("similarity_fn_name"), config.get("similarity_fn_name"))
+        if settings["similarity"] not in ("cosine", "dot"):
+            raise BertmodelError(f"{st_config}: similarity {settings['similarity']!r}; a search ranks by cosine or "
+                                 "dot product")
+    if not include_prompt and (settings["query_prefix"] or settings["passage_prefix"]):
+        raise BertmodelError(f"{directory}: its pooling leaves the prompt's tokens out (include_prompt false); embed "
+                             "pools over every token, prompt included")
+    length = _max_seq_length(directory)
+    if length:
+        settings["max_query_length"] = settings["max_passage_length"] = length
     return settings
+
+
+def _pooling_mode(config: dict, path: Path) -> str:
+    """"mean" or "cls" from a Pooling config: pooling_mode (sentence-transformers 5+) or the
+    older pooling_mode_*_tokens flags; any other pooling is refused."""
+    mode = config.get("pooling_mode")
+    if mode is None:
+        flags = [name for name in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
+                                   "weightedmean_tokens", "lasttoken") if config.get(f"pooling_mode_{name}")]
+        mode = {("cls_token",): "cls", ("mean_tokens",): "mean", (): "mean"}.get(tuple(flags), "+".join(flags))
+    if mode not in ("mean", "cls"):
+        raise BertmodelError(f"{path}: pooling {mode!r}; embed reads mean or cls pooling")
+    return mode
+
+
+def _max_seq_length(directory: Path) -> int | None:
+    """sentence_bert_config.json's max_seq_length, else tokenizer_config.json's
+    model_max_length (load_embedder caps either at the model's positions)."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        path = directory / name
+        if path.is_file():
+            value = json.loads(path.read_text(encoding="utf-8")).get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
