@@ -206,3 +206,32 @@ def test_no_judged_query_and_nan_scores_are_refused():
         ranking_metrics({"q": {"a": 1.0}}, {})
     with pytest.raises(ValueError, match="NaN"):
         ranking_metrics({"q": {"a": float("nan"), "b": 1.0}}, {"q": {"a": 1}})
+
+
+# --- recall at the depth a run has ------------------------------------------------------------
+
+@needs_squad
+def test_a_run_of_20_candidates_reports_recall_at_20(squad_beir):
+    """BM25's top 20 (what a reranker with --top-k 20 holds): recall is named recall@20 and
+    is the share of each query's relevant passages among its 20, as pytrec_eval's
+    recall.20 and a plain count say; a run of 100 or more keeps recall@100."""
+    from bertmodel.retrieval.bm25 import bm25_run
+
+    data = read_beir(squad_beir, "test")
+    run = bm25_run(data, k=20)
+    assert all(len(scores) == 20 for scores in run.values())
+    per_query: dict = {}
+    means = ranking_metrics(run, data.qrels, per_query=per_query, candidates=20)
+    assert set(means) == {"ndcg@10", "mrr@10", "recall@20", "map"}
+    theirs = pytrec_eval.RelevanceEvaluator(data.qrels, {"recall.20"}).evaluate(run)
+    for qid, judged in data.qrels.items():
+        relevant = {d for d, grade in judged.items() if grade >= 1}
+        counted = len(relevant & set(run.get(qid, {}))) / len(relevant)
+        assert per_query[qid]["recall@20"] == counted == theirs[qid]["recall_20"]
+    recall = [v["recall@20"] for v in per_query.values()]
+    assert 0 < sum(recall) < len(recall)  # BM25 misses some questions' paragraphs in its top 20
+    assert means["recall@20"] == pytest.approx(sum(recall) / len(recall), abs=TOL)
+    # Every candidate of a 20-deep run is within 100: recall.100 of it is the same number,
+    # which is why naming it recall@100 would only claim a depth the run never had.
+    assert ranking_metrics(run, data.qrels)["recall@100"] == means["recall@20"]
+    assert set(ranking_metrics(bm25_run(data, k=150), data.qrels, candidates=150)) == set(METRICS)

@@ -239,8 +239,8 @@ def test_evaluate_a_rerank_run_rescores_bm25s_top_k(rerank_run, small_test_split
     test = read_beir(small_test_split, "test")
     assert len(test.queries) == 30
     first = bm25_run(test, k=5)
-    # The first stage's own measures, beside the reranked ones.
-    assert {f"first_stage_{k}": v for k, v in ranking_metrics(first, test.qrels).items()} == {
+    # The first stage's own measures, beside the reranked ones (recall over its 5 candidates).
+    assert {f"first_stage_{k}": v for k, v in ranking_metrics(first, test.qrels, candidates=5).items()} == {
         k: v for k, v in metrics.items() if k.startswith("first_stage_")}
     run = read_trec_run(tmp_path / "run.trec")
     assert all(set(run[q]) == set(first[q]) for q in test.queries)  # only BM25's candidates, all of them
@@ -310,24 +310,58 @@ def test_predict_on_an_embed_run_points_to_embed_and_search(embed_run):
     assert len(lines) == 1 and lines[0].startswith(f"Error: {embed_run}") and "bertmodel embed" in lines[0]
 
 
-def test_a_rerank_run_validated_on_a_collection(rerank_run, small_test_split, tmp_path):
+@pytest.fixture(scope="module")
+def deep_split(tmp_path_factory):
+    """The whole SQuAD head as BEIR (583 paragraphs), its test qrels cut to 30 questions
+    (the 271st to 300th, where BM25's top 20 misses some questions' paragraphs: on the
+    five articles it misses none)."""
+    out = tmp_path_factory.mktemp("deep-split") / "beir"
+    squad_to_beir(SQUAD, out)
+    header, *lines = (out / "qrels" / "test.tsv").read_text().splitlines()
+    (out / "qrels" / "test.tsv").write_text("\n".join([header, *lines[270:300]]) + "\n")
+    return out
+
+
+def recall_by_count(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> float:
+    """Each judged query's relevant passages found anywhere in its run, over its relevant
+    ones, averaged over the judged queries: recall at the run's whole depth."""
+    return sum(sum(1 for d in run.get(q, {}) if judged.get(d, 0) >= 1) / sum(1 for r in judged.values() if r >= 1)
+               for q, judged in qrels.items()) / len(qrels)
+
+
+def test_a_rerank_run_validated_on_a_collection(rerank_run, deep_split, tmp_path):
     """--validation BEIR_DIR: BM25's top --top-k reranked at each evaluation, trec_eval's
-    measures logged and the best by nDCG@10; `evaluate RUN` repeats the last one."""
+    measures logged and the best by nDCG@10; `evaluate RUN` repeats the last one. With
+    --top-k 20 recall is counted over the 20 candidates there are, and named so."""
     pairs = rerank_run.parent / "pairs.jsonl"
     out = tmp_path / "run"
-    result = invoke("finetune", "rerank", "--model", minilm_path(), "--train", pairs, "--validation",
-                    small_test_split, "--validation-split", "test", "--top-k", "4", "--out", out, *FAST,
-                    "--batch-size", "24", "--max-steps", "2", "--eval-every", "2", "--max-seq-length", "96")
+    args = ["finetune", "rerank", "--model", minilm_path(), "--train", pairs, "--validation", deep_split,
+            "--validation-split", "test", "--top-k", "20", *FAST, "--batch-size", "24", "--max-steps", "2",
+            "--eval-every", "2", "--max-seq-length", "96"]
+    refused = invoke(*args, "--out", tmp_path / "refused", "--metric-for-best", "recall@100")
+    assert refused.exit_code == 1
+    assert ("Error: --metric-for-best recall@100: not a metric this task reports; choose one of ndcg@10, mrr@10, "
+            "recall@20, map") in refused.output.splitlines()
+    result = invoke(*args, "--out", out)
     assert result.exit_code == 0, result.output
-    assert "validation: 30 queries over 183 passages" in result.output and "BM25's top 4 reranked (120 pairs)" \
+    assert "validation: 30 queries over 583 passages" in result.output and "BM25's top 20 reranked (600 pairs)" \
         in result.output
     [last] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "eval_map" in line]
-    assert {"eval_ndcg@10", "eval_mrr@10", "eval_recall@100", "eval_map"} <= set(last)
+    assert {"eval_ndcg@10", "eval_mrr@10", "eval_recall@20", "eval_map"} <= set(last)
+    assert not any(k.startswith("eval_recall@") and k != "eval_recall@20" for k in last)
     assert json.loads((out / "best.json").read_text())["metric"] == "ndcg@10"
     again = invoke("evaluate", out, *FAST)
     assert again.exit_code == 0, again.output
     metrics = json.loads(again.stdout.splitlines()[0])
-    for name in ("ndcg@10", "mrr@10", "recall@100", "map"):
+    assert set(metrics) == {"ndcg@10", "mrr@10", "recall@20", "map", "first_stage_ndcg@10", "first_stage_mrr@10",
+                            "first_stage_recall@20", "first_stage_map"}
+    for name in ("ndcg@10", "mrr@10", "recall@20", "map"):
         # the same model, pairs and batches: the same float32 scores, so the same ranking
         assert metrics[name] == pytest.approx(last[f"eval_{name}"], abs=1e-9), name
-    assert len(read_trec_run(out / "run.trec")) == 30
+    run = read_trec_run(out / "run.trec")
+    assert len(run) == 30 and all(len(r) == 20 for r in run.values())
+    # The reranker reorders BM25's 20: both hold the same passages, so one count is both recalls.
+    test = read_beir(deep_split, "test")
+    assert metrics["recall@20"] == metrics["first_stage_recall@20"] == pytest.approx(
+        recall_by_count(run, test.qrels), abs=1e-12)
+    assert 0 < metrics["recall@20"] < 1  # some questions' paragraphs are past BM25's top 20, most within

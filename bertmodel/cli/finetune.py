@@ -243,7 +243,7 @@ def _run(task: str, options: dict) -> None:
     last = run_finetune(FinetuneConfig(task=task, **options))
     keys = ("step", "loss", "accuracy", "eval_accuracy", "eval_macro_f1", "eval_mcc", "eval_pearson",
             "eval_spearman", "eval_exact_match", "eval_precision", "eval_recall", "eval_f1", "eval_ndcg@10",
-            "eval_mrr@10", "eval_recall@100", "eval_map", "eval_auc")
+            "eval_mrr@10", *sorted(k for k in last if k.startswith("eval_recall@")), "eval_map", "eval_auc")
     finish_run(options["out"], last, keys)
 
 

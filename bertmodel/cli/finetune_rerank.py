@@ -56,7 +56,8 @@ def rerank(**options):
     CrossEncoder("RUN/hf") (its scores are the logits) and as transformers'
     AutoModelForSequenceClassification (num_labels 1). --validation may also be a BEIR
     directory: BM25's top --top-k of each of its queries reranked at every evaluation,
-    nDCG@10, MRR@10, Recall@100 and MAP as trec_eval computes them.
+    nDCG@10, MRR@10, Recall@100 (recall@K at --top-k K under 100) and MAP as trec_eval
+    computes them.
 
     \b
     Example:

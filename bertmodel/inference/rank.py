@@ -8,7 +8,8 @@ memory is bounded by the chunk, not the corpus). A rerank run rescores each quer
 first stage: BM25 (bm25s) or an embed run's exact search; the first stage's own measures
 are reported beside (`first_stage_*`), so the reranker's gain is in the same output. The
 measures are trec_eval's nDCG@10, MRR@10, Recall@100 and MAP, averaged over the split's
-judged queries (metrics/ranking.py).
+judged queries (metrics/ranking.py); a reranker's recall is counted and named at its
+candidates' depth where that is under 100 (--top-k 20: recall@20, first_stage_recall@20).
 
 The ranking goes to RUN/run.trec (or --out DIR), in TREC's run format (`query Q0 passage
 rank score tag`), written whole or not at all; an earlier one is replaced only with
@@ -87,7 +88,7 @@ def embed_retrieval(model, beir: BeirData, device: str = "cpu", batch_size: int 
             f"pooling, {s['similarity']}, queries cut at {s['max_query_length']} tokens, passages at "
             f"{s['max_passage_length']})")
     run = dense_run(beir, embedder.search_encoder("query"), embedder.search_encoder("passage"), k=k)
-    return RetrievalResult(ranking_metrics(run, beir.qrels) if judged else {}, run, len(beir.queries),
+    return RetrievalResult(ranking_metrics(run, beir.qrels, candidates=k) if judged else {}, run, len(beir.queries),
                            len(beir.corpus))
 
 
@@ -128,8 +129,10 @@ def rerank_retrieval(model, beir: BeirData, first_stage: str = "bm25", top_k: in
     run = rerank_run(beir, candidates, score, top_k=top_k, batch_size=max(batch_size * 16, 1024))
     metrics = {}
     if judged:
-        metrics = ranking_metrics(run, beir.qrels)
-        metrics.update({f"first_stage_{k}": v for k, v in ranking_metrics(candidates, beir.qrels).items()})
+        # Recall at top_k where that is under 100: the candidates are all either run holds.
+        metrics = ranking_metrics(run, beir.qrels, candidates=top_k)
+        metrics.update({f"first_stage_{k}": v
+                        for k, v in ranking_metrics(candidates, beir.qrels, candidates=top_k).items()})
     return RetrievalResult(metrics, run, len(beir.queries), len(beir.corpus))
 
 

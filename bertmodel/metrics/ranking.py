@@ -2,6 +2,10 @@
 through pytrec_eval): nDCG@10 (`ndcg_cut.10`), MRR@10 (`recip_rank` of the ranking cut
 at 10, as BEIR's MRR@k), Recall@100 (`recall.100`) and MAP (`map`).
 
+Recall is named for the depth it is counted at: a run of k < 100 candidates per query
+(a reranker's --top-k 20) reports recall@20, which is what trec_eval's recall.100 of
+that run measures; "recall@100" of 20 candidates would claim a depth the run never had.
+
 trec_eval's rules, followed here:
 - A query's ranking is its run sorted by score, highest first, and ties by passage id in
   *descending* byte order (trec_eval's `comp_sim_docno`: strcmp(docno2, docno1)); the
@@ -22,7 +26,18 @@ from __future__ import annotations
 
 import math
 
-METRICS = ("ndcg@10", "mrr@10", "recall@100", "map")
+RECALL_DEPTH = 100
+METRICS = ("ndcg@10", "mrr@10", f"recall@{RECALL_DEPTH}", "map")  # a run of 100 or more per query
+
+
+def recall_depth(candidates: int | None = None) -> int:
+    """The depth recall is counted at for runs of at most `candidates` passages a query."""
+    return RECALL_DEPTH if candidates is None else min(RECALL_DEPTH, int(candidates))
+
+
+def metric_names(candidates: int | None = None) -> tuple[str, ...]:
+    """The measures' names for runs of at most `candidates` passages a query (None: any)."""
+    return ("ndcg@10", "mrr@10", f"recall@{recall_depth(candidates)}", "map")
 
 
 def trec_order(scores: dict[str, float]) -> list[str]:
@@ -30,14 +45,17 @@ def trec_order(scores: dict[str, float]) -> list[str]:
     return sorted(scores, key=lambda docid: (float(scores[docid]), docid), reverse=True)
 
 
-def query_metrics(scores: dict[str, float], judged: dict[str, int]) -> dict[str, float]:
-    """The four measures of one query: its run `scores` and its judgements `judged`."""
+def query_metrics(scores: dict[str, float], judged: dict[str, int], candidates: int | None = None
+                  ) -> dict[str, float]:
+    """The four measures of one query: its run `scores` and its judgements `judged`;
+    recall at recall_depth(candidates)."""
     if any(math.isnan(float(s)) for s in scores.values()):
         raise ValueError("a score is NaN: a ranking needs comparable scores")
     ranking = trec_order(scores)
     num_rel = sum(1 for rel in judged.values() if rel >= 1)
+    depth = recall_depth(candidates)
     if num_rel == 0:
-        return dict.fromkeys(METRICS, 0.0)
+        return dict.fromkeys(metric_names(candidates), 0.0)
     relevance = [judged.get(docid, 0) for docid in ranking]
     # nDCG@10: trec_eval sums gain / log2(i + 2) over the first 10 ranks (i from 0).
     dcg = sum(rel / math.log2(i + 2) for i, rel in enumerate(relevance[:10]) if rel > 0)
@@ -51,23 +69,25 @@ def query_metrics(scores: dict[str, float], judged: dict[str, int]) -> dict[str,
             precision_sum += found / (i + 1)
     return {"ndcg@10": dcg / idcg if idcg > 0 else 0.0,
             "mrr@10": 0.0 if first is None else 1.0 / (first + 1),
-            "recall@100": sum(1 for rel in relevance[:100] if rel >= 1) / num_rel,
+            f"recall@{depth}": sum(1 for rel in relevance[:depth] if rel >= 1) / num_rel,
             "map": precision_sum / num_rel}
 
 
 def ranking_metrics(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]],
-                    per_query: dict | None = None) -> dict[str, float]:
-    """{"ndcg@10", "mrr@10", "recall@100", "map"}, each the mean over the queries of
+                    per_query: dict | None = None, candidates: int | None = None) -> dict[str, float]:
+    """{"ndcg@10", "mrr@10", "recall@D", "map"}, each the mean over the queries of
     `qrels` ({query id: {passage id: relevance}}) of trec_eval's value for the ranking
-    `run` ({query id: {passage id: score}}) gives. `per_query`, a dict, is filled with
+    `run` ({query id: {passage id: score}}) gives; D is 100, or `candidates` where the
+    run holds fewer a query (a reranker's top k). `per_query`, a dict, is filled with
     each query's values."""
     if not qrels:
         raise ValueError("qrels judge no query: nothing to average")
-    totals = dict.fromkeys(METRICS, 0.0)
+    names = metric_names(candidates)
+    totals = dict.fromkeys(names, 0.0)
     for qid, judged in qrels.items():
-        values = query_metrics(run.get(qid, {}), judged)
-        for name in METRICS:
+        values = query_metrics(run.get(qid, {}), judged, candidates)
+        for name in names:
             totals[name] += values[name]
         if per_query is not None:
             per_query[qid] = values
-    return {name: totals[name] / len(qrels) for name in METRICS}
+    return {name: totals[name] / len(qrels) for name in names}

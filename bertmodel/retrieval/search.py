@@ -149,10 +149,11 @@ def dense_run(beir: BeirData, encode_queries: Encoder, encode_passages: Encoder,
 def retrieval_eval(beir: BeirData, encode_queries: Encoder, encode_passages: Encoder, k: int = 100,
                    chunk_size: int = DEFAULT_CHUNK_SIZE, on_batch: Callable[[int], None] | None = None
                    ) -> dict[str, float]:
-    """nDCG@10, MRR@10, Recall@100 and MAP (trec_eval's) of exact search with the
+    """nDCG@10, MRR@10, recall at min(100, k) and MAP (trec_eval's) of exact search with the
     encoders (callables: texts -> (n, d) normalised float32) over the collection, the
     passages encoded `chunk_size` at a time (`on_batch(n)` after each)."""
-    return ranking_metrics(dense_run(beir, encode_queries, encode_passages, k, chunk_size, on_batch), beir.qrels)
+    return ranking_metrics(dense_run(beir, encode_queries, encode_passages, k, chunk_size, on_batch), beir.qrels,
+                           candidates=k)
 
 
 def rerank_run(beir: BeirData, first_stage: dict[str, dict[str, float]],
@@ -183,4 +184,5 @@ def rerank_eval(beir: BeirData, first_stage_run: dict[str, dict[str, float]],
                 score_pairs: Callable[[list[tuple[str, str]]], np.ndarray], top_k: int = 100,
                 batch_size: int = 1024, on_batch: Callable[[int], None] | None = None) -> dict[str, float]:
     """trec_eval's measures of the first stage's top_k reranked by `score_pairs`."""
-    return ranking_metrics(rerank_run(beir, first_stage_run, score_pairs, top_k, batch_size, on_batch), beir.qrels)
+    return ranking_metrics(rerank_run(beir, first_stage_run, score_pairs, top_k, batch_size, on_batch), beir.qrels,
+                           candidates=top_k)

@@ -30,7 +30,7 @@ from bertmodel.data.tables import open_hub_table, open_table
 from bertmodel.data.beir import beir_split, is_beir_dir, read_beir
 from bertmodel.errors import BertmodelError
 from bertmodel.metrics.pair_ranking import pair_metrics
-from bertmodel.metrics.ranking import METRICS as RANKING_METRICS
+from bertmodel.metrics.ranking import metric_names as ranking_metric_names
 from bertmodel.metrics.ranking import ranking_metrics
 from bertmodel.model.config import BertConfig, config_from_dict
 from bertmodel.model.rerank_heads import RERANKERS
@@ -205,7 +205,9 @@ class RerankTask(FinetuningTask):
     def metric_names(self) -> list[str]:
         """The eval_* metrics each evaluation reports (without the prefix): trec_eval's
         on a collection, the pairs' own on labelled pairs."""
-        return list(RANKING_METRICS) if self.collection is not None else list(METRICS)
+        if self.collection is not None:  # recall at --top-k where that is under 100: all the candidates there are
+            return list(ranking_metric_names(self.cfg.rerank_top_k))
+        return list(METRICS)
 
     @property
     def has_eval(self) -> bool:
@@ -267,7 +269,7 @@ class RerankTask(FinetuningTask):
 
         run = rerank_run(self.collection, self.candidates, score, top_k=self.cfg.rerank_top_k,
                          batch_size=self.cfg.eval_batch_size * 16)
-        return ranking_metrics(run, self.collection.qrels)
+        return ranking_metrics(run, self.collection.qrels, candidates=self.cfg.rerank_top_k)
 
     def prediction_records(self, logits: np.ndarray) -> list[dict]:
         """One record per validation pair: query, passage, score (the logit) and gold label."""
