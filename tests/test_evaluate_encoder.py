@@ -15,14 +15,13 @@ import torch
 
 from bertmodel.data.beir import BeirData, passage_text, read_beir
 from bertmodel.metrics.ranking import trec_order
-from embed_fixtures import SQUAD, minilm_path, needs_squad
+from embed_fixtures import minilm_path, needs_squad, squad_articles
 from finetune_fixtures import invoke, one_line_failure, sentence, tiny_bert, write_tsv
 from shared_data import SHARED_DATA
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 pytestmark = [needs_squad, pytest.mark.slow, pytest.mark.xdist_group("evaluate_encoder")]
 FAST = ["--device", "cpu", "--no-progress"]
-ARTICLES = (0, 2, 3, 4, 8)  # 183 paragraphs: a corpus the CPU encodes in seconds
 # Two float32 encoders of the same weights (ours, transformers' under sentence-transformers)
 # differ by kernel rounding: ~1e-6 in a cosine of 384-dim unit vectors. A judged passage
 # whose score lies within SCORE_SLACK of another's may rank either side of it.
@@ -33,11 +32,8 @@ SCORE_SLACK = 1e-5
 def beir_dir(tmp_path_factory):
     """Five articles of the SQuAD head, split by `bertmodel squad-to-beir`."""
     root = tmp_path_factory.mktemp("encoder-beir")
-    squad = json.loads(SQUAD.read_text(encoding="utf-8"))
-    squad["data"] = [squad["data"][i] for i in ARTICLES]
-    (root / "squad.json").write_text(json.dumps(squad))
-    result = invoke("squad-to-beir", root / "squad.json", "--out", root / "beir", "--dev-fraction", "0.2",
-                    "--test-fraction", "0.2")
+    result = invoke("squad-to-beir", squad_articles(root / "squad.json"), "--out", root / "beir", "--dev-fraction",
+                    "0.2", "--test-fraction", "0.2", "--no-progress")
     assert result.exit_code == 0, result.output
     return root / "beir"
 

@@ -1,9 +1,11 @@
 """One progress option on every long command of both CLIs: --progress/--no-progress, with
 -q/--quiet meaning --no-progress, defined once (bertprep.cli.kit.progress_option), and
 each command's progress display follows it: build-shards' and train-tokenizer's bars,
-evaluate's and predict --file's passes over the data, eval-suite's line per run."""
+evaluate's and predict --file's passes over the data, eval-suite's line per run,
+squad-to-beir's records written."""
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -18,7 +20,8 @@ from shard_fixtures import write_corpus, write_vocab
 LONG_COMMANDS = [(bertprep_main, ("build-shards",)), (bertprep_main, ("train-tokenizer",)),
                  (bertmodel_main, ("pretrain",)), *[(bertmodel_main, ("finetune", task))
                                                     for task in ("classify", "qa", "tokens", "choice")],
-                 (bertmodel_main, ("evaluate",)), (bertmodel_main, ("predict",)), (bertmodel_main, ("eval-suite",))]
+                 (bertmodel_main, ("evaluate",)), (bertmodel_main, ("predict",)), (bertmodel_main, ("eval-suite",)),
+                 (bertmodel_main, ("squad-to-beir",))]
 SHARED = progress_option(lambda progress: None).__click_params__[0]
 
 
@@ -56,6 +59,34 @@ def test_build_shards_and_train_tokenizer_are_silent_with_no_progress(tmp_path):
                                                  "--vocab-size", "80", flag])
         assert tok.exit_code == 0, tok.output
         assert any(line.startswith("reading: ") for line in tok.stderr.splitlines()) == shows, tok.stderr
+
+
+def test_squad_to_beir_shows_the_records_it_writes_unless_told_not_to(tmp_path):
+    """Three articles of two paragraphs, each with two questions: 6 passages, 12 queries,
+    12 judgements, 30 records; the directory is the same with the bar or without it."""
+    rng = random.Random(0)
+    articles = [{"title": f"Article {a}", "paragraphs": [
+        {"context": sentence(rng, 12, 20), "qas": [{"id": f"q{a}{p}{i}", "question": sentence(rng) + "?",
+                                                    "answers": [{"text": "w1", "answer_start": 0}]}
+                                                   for i in range(2)]} for p in range(2)]} for a in range(3)]
+    source = tmp_path / "squad.json"
+    source.write_text(json.dumps({"version": "1.1", "data": articles}))
+
+    def run(out, *flags):
+        result = CliRunner().invoke(bertmodel_main, ["squad-to-beir", str(source), "--out", str(tmp_path / out),
+                                                     *flags])
+        assert result.exit_code == 0, result.output
+        return result, {p.relative_to(tmp_path / out): p.read_bytes() for p in (tmp_path / out).rglob("*")
+                        if p.is_file()}
+
+    shown, written = run("shown")
+    lines = [line for line in shown.stderr.splitlines() if line.startswith("writing: ")]
+    assert lines and lines[-1].startswith("writing: 30/30 "), shown.stderr
+    for flag in ("--no-progress", "-q", "--quiet"):
+        silent, same = run(f"silent{flag}", flag)
+        assert silent.stderr == ""
+        assert silent.stdout.split(": ", 1)[1] == shown.stdout.split(": ", 1)[1]  # the same summary line
+        assert same == written
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from bertmodel.data.beir import read_beir
 from bertmodel.data.squad_beir import squad_to_beir
 from bertmodel.metrics.ranking import trec_order
 from bertmodel.retrieval.embedder import load_embedder
-from embed_fixtures import SQUAD, minilm_path, needs_squad
+from embed_fixtures import SQUAD, minilm_path, needs_squad, squad_articles
 from finetune_fixtures import invoke
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -25,17 +25,11 @@ pytestmark = [needs_squad, pytest.mark.slow, pytest.mark.xdist_group("retrieval_
 FAST = ["--device", "cpu", "--no-progress"]
 
 
-ARTICLES = (0, 2, 3, 4, 8)  # 183 paragraphs: a corpus the CPU encodes in seconds
-
-
 @pytest.fixture(scope="module")
 def beir_dir(tmp_path_factory):
     """Five articles of the SQuAD head as BEIR: 183 passages; train, dev, test by article."""
     root = tmp_path_factory.mktemp("retrieval-beir")
-    squad = json.loads(SQUAD.read_text(encoding="utf-8"))
-    squad["data"] = [squad["data"][i] for i in ARTICLES]
-    (root / "squad.json").write_text(json.dumps(squad))
-    squad_to_beir(root / "squad.json", root / "squad", dev_fraction=0.2, test_fraction=0.2)
+    squad_to_beir(squad_articles(root / "squad.json"), root / "squad", dev_fraction=0.2, test_fraction=0.2)
     return root / "squad"
 
 

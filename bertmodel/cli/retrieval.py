@@ -16,8 +16,9 @@ from bertprep.cli.kit import progress_option, user_errors
 @click.option("--test-fraction", type=float, default=0.1, show_default=True, help="Share of questions in test.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the by-article split.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@progress_option
 @user_errors
-def squad_to_beir_command(source, out, dev_fraction, test_fraction, seed, overwrite):
+def squad_to_beir_command(source, out, dev_fraction, test_fraction, seed, overwrite, progress):
     """Write a BEIR directory (corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv) from a
     SQuAD-format file: each paragraph a passage, each answerable question a query whose
     relevant passage is its paragraph; split by article, so the other paragraphs of a
@@ -28,8 +29,9 @@ def squad_to_beir_command(source, out, dev_fraction, test_fraction, seed, overwr
       bertmodel squad-to-beir squad-v1.1-train-head.json --out beir-squad/
     """
     from bertmodel.data.squad_beir import squad_to_beir
+
     summary = squad_to_beir(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed,
-                            overwrite=overwrite)
+                            overwrite=overwrite, progress=progress)
     click.echo(f"{summary.out}: {summary.passages} passages; queries "
                + ", ".join(f"{s} {n}" for s, n in summary.queries.items())
                + f"; {summary.unanswerable} unanswerable left out")

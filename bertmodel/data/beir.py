@@ -187,12 +187,16 @@ def _text(record: dict, name: str, path: Path, number: int, default: str | None 
 # --- writing -----------------------------------------------------------------------------
 
 def write_beir(out, corpus: dict[str, dict[str, str]], queries: dict[str, str],
-               qrels_by_split: dict[str, dict[str, dict[str, int]]], overwrite: bool = False) -> Path:
+               qrels_by_split: dict[str, dict[str, dict[str, int]]], overwrite: bool = False,
+               progress: bool = False) -> Path:
     """A BEIR directory at `out`, written beside it under a temporary name and renamed
     into place, so a half-written collection is never read. An existing `out` is replaced
     only with `overwrite`, and only when it is empty or a BEIR directory itself (the
-    replacement removes it whole)."""
+    replacement removes it whole). `progress`: a bar of the records written (passages,
+    queries, judgements) on stderr."""
     import shutil
+
+    from bertprep.progress import progress_bar
 
     out = Path(out)
     if out.exists():
@@ -204,21 +208,26 @@ def write_beir(out, corpus: dict[str, dict[str, str]], queries: dict[str, str],
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / QRELS).mkdir(parents=True)
-    _write_jsonl(tmp / CORPUS, ({"_id": i, "title": d.get("title", ""), "text": d["text"]} for i, d in corpus.items()))
-    _write_jsonl(tmp / QUERIES, ({"_id": i, "text": t} for i, t in queries.items()))
-    for split, qrels in qrels_by_split.items():
-        with open(tmp / QRELS / f"{split}.tsv", "w", encoding="utf-8", newline="") as handle:
-            writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
-            writer.writerow(["query-id", "corpus-id", "score"])
-            for qid, judged in qrels.items():
-                writer.writerows([qid, docid, score] for docid, score in judged.items())
+    judgements = sum(len(judged) for qrels in qrels_by_split.values() for judged in qrels.values())
+    with progress_bar(progress, total=len(corpus) + len(queries) + judgements, desc="writing", unit="record") as bar:
+        _write_jsonl(tmp / CORPUS, ({"_id": i, "title": d.get("title", ""), "text": d["text"]}
+                                    for i, d in corpus.items()), bar)
+        _write_jsonl(tmp / QUERIES, ({"_id": i, "text": t} for i, t in queries.items()), bar)
+        for split, qrels in qrels_by_split.items():
+            with open(tmp / QRELS / f"{split}.tsv", "w", encoding="utf-8", newline="") as handle:
+                writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+                writer.writerow(["query-id", "corpus-id", "score"])
+                for qid, judged in qrels.items():
+                    writer.writerows([qid, docid, score] for docid, score in judged.items())
+                    bar.update(len(judged))
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
     return out
 
 
-def _write_jsonl(path: Path, records) -> None:
+def _write_jsonl(path: Path, records, bar) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            bar.update(1)

@@ -99,14 +99,15 @@ def read_squad_beir(source, split: str) -> BeirData:
 
 
 def squad_to_beir(source, out, dev_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
-                  overwrite: bool = False) -> SquadBeirSummary:
+                  overwrite: bool = False, progress: bool = False) -> SquadBeirSummary:
     """Write the BEIR directory of a SQuAD file (anything data/squad.read_squad reads) to
-    `out` (refused if it exists, unless `overwrite`)."""
+    `out` (refused if it exists, unless `overwrite`); `progress`: a bar of the records
+    written, on stderr."""
     out = Path(out)
     if out.exists() and not overwrite:  # before reading: the source may be large
         raise BertmodelError(f"{out}: already exists; pass --overwrite to replace it")
     c = squad_collection(source, dev_fraction, test_fraction, seed)
-    write_beir(out, c.corpus, c.queries, c.qrels, overwrite=overwrite)
+    write_beir(out, c.corpus, c.queries, c.qrels, overwrite=overwrite, progress=progress)
     return SquadBeirSummary(out, len(c.corpus), {s: len(q) for s, q in c.qrels.items()}, c.articles, c.unanswerable)
 
 

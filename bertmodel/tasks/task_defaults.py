@@ -26,7 +26,7 @@ TASK_DEFAULTS: dict[str, dict[str, tuple[object, str | None]]] = {
         "rerank": (128, None),
     },
     # The split evaluated on: a dataset's "validation"; a BEIR directory names its splits
-    # dev and test (tasks/embed.py: beir_split).
+    # dev and test (data/beir.py: beir_split).
     "validation_split": {
         "embed": ("validation", "a BEIR directory's dev, else test"),
         "rerank": ("validation", "a BEIR directory's dev, else test"),
