@@ -419,3 +419,23 @@ def test_retrieval_tasks_take_the_metrics_their_runs_report(tmp_path, command, m
             load_suite(path)
     else:
         assert load_suite(path).tasks[0].metric == (metric or "ndcg@10")
+
+
+def test_a_rerank_task_sets_its_loss_and_depth_and_names_recall_for_it(tmp_path):
+    """`finetune rerank --loss/--top-k` in a suite: the command's own names, passed on as
+    its flags; recall is the reranker's at min(100, top_k), so a suite asking recall@100
+    of 20 candidates is told the name the runs will report before anything runs."""
+    rerank = TASK.replace('"classify"', '"rerank"')
+    suite = load_suite(write_suite(tmp_path, rerank + 'metric = "recall@20"\noptions = { loss = "listwise", top_k = 20 }\n'),
+                       check_option)
+    assert option_args(suite.tasks[0].options) == ["--loss", "listwise", "--top-k", "20"]
+    with pytest.raises(BertmodelError, match=r"'recall@100': `finetune rerank` reports ndcg@10, mrr@10, accuracy, auc, "
+                                             r"loss, recall@20, map$"):
+        load_suite(write_suite(tmp_path, rerank + 'metric = "recall@100"\noptions = { top_k = 20 }\n'), check_option)
+    # top_k in the grid: one depth for every point names recall; several name none
+    grid = rerank + 'metric = "recall@100"\n[task.grid]\ntop_k = [100, 200]\n'
+    assert load_suite(write_suite(tmp_path, grid), check_option).tasks[0].metric == "recall@100"
+    with pytest.raises(BertmodelError, match=r"reports ndcg@10, mrr@10, accuracy, auc, loss, map$"):
+        load_suite(write_suite(tmp_path, rerank + 'metric = "recall@20"\n[task.grid]\ntop_k = [20, 50]\n'), check_option)
+    with pytest.raises(BertmodelError, match=r"options.loss: not a finetune option"):
+        load_suite(write_suite(tmp_path, TASK + 'options = { loss = "listwise" }\n'), check_option)

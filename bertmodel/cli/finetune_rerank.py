@@ -6,11 +6,11 @@ import click
 
 from bertmodel.cli.finetune import _DEFAULTS, TaskCommand, _apply, _opt, _run, finetune, task_opt, training_options
 from bertmodel.cli.group import CONTEXT_SETTINGS
+from bertmodel.tasks.task_defaults import config_field
 from bertprep.cli.kit import user_errors
 
-# --loss is FinetuneConfig.rerank_loss (the config holds every task's options, so the
-# field says whose it is; the command's option needs no prefix).
-LOSS_FIELD = "rerank_loss"
+# --loss is FinetuneConfig.rerank_loss, --top-k rerank_top_k (tasks/task_defaults.py).
+LOSS_FIELD, TOP_K_FIELD = config_field("rerank", "loss"), config_field("rerank", "top_k")
 
 RERANK_OPTIONS = [
     _opt("--dataset", help="A Hugging Face dataset by name (instead of files)."),
@@ -20,7 +20,7 @@ RERANK_OPTIONS = [
     _opt("--loss", type=click.Choice(["bce", "listwise"]), default=_DEFAULTS[LOSS_FIELD], show_default=True,
          help="bce: binary cross-entropy of each labelled pair's logit; listwise: softmax cross-entropy over a "
               "query's positive and its hard negatives."),
-    _opt("--top-k", type=click.IntRange(min=1), default=_DEFAULTS["rerank_top_k"], show_default=True, help="With a BEIR directory as --validation: "
+    _opt("--top-k", type=click.IntRange(min=1), default=_DEFAULTS[TOP_K_FIELD], show_default=True, help="With a BEIR directory as --validation: "
          "BM25's top k of each query reranked at every evaluation, scored with trec_eval's measures."),
     task_opt("--max-seq-length", "rerank", "Tokens per pair (query + passage).", type=click.IntRange(min=8)),
     _opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: read the first token (cls) "
@@ -66,5 +66,5 @@ def rerank(**options):
       bertmodel finetune rerank --model minilm/ --loss listwise --train triples.jsonl --out rerank-lw/
     """
     options[LOSS_FIELD] = options.pop("loss")
-    options["rerank_top_k"] = options.pop("top_k")
+    options[TOP_K_FIELD] = options.pop("top_k")
     _run("rerank", options)

@@ -43,7 +43,7 @@ from typing import Callable
 
 from bertmodel.errors import BertmodelError
 from bertmodel.finetune import FinetuneConfig
-from bertmodel.tasks.task_defaults import TASK_DEFAULTS
+from bertmodel.tasks.task_defaults import TASK_DEFAULTS, config_field
 
 try:  # Python 3.11+
     import tomllib
@@ -66,6 +66,22 @@ METRICS = {"classify": ("accuracy", "macro_f1", "mcc", "f1", "loss", "pearson", 
            # labelled (query, passage) pairs: per-query ranking of each query's candidates, and the pairs' own;
            # a BEIR directory: BM25's top --top-k reranked, trec_eval's measures
            "rerank": ("ndcg@10", "mrr@10", "accuracy", "auc", "loss", "recall@100", "map")}
+RECALL_DEPTH = 100  # recall@100, or recall@K where a reranker's candidates are fewer (--top-k K)
+
+
+def reported_metrics(command: str, options: dict, grid: dict) -> tuple[str, ...]:
+    """The metrics `command`'s runs report with these options: a reranker counts recall
+    at min(100, --top-k), so its recall is named for that depth (one name for every grid
+    point, or none where the grid's top_k values give several)."""
+    metrics = METRICS[command]
+    if command != "rerank":
+        return metrics
+    top_ks = grid.get("top_k") or [options.get("top_k", RECALL_DEPTH)]
+    depths = {min(RECALL_DEPTH, int(k)) for k in top_ks}
+    recall = f"recall@{depths.pop()}" if len(depths) == 1 else None
+    return tuple(recall if m.startswith("recall@") else m for m in metrics if recall or not m.startswith("recall@"))
+
+
 PER_TYPE = re.compile(r".+_(f1|precision|recall)")  # tokens: an entity type's own figures
 SUITE_KEYS = ("name", "description", "seeds", "data_dir", "defaults", "grid", "task")
 TASK_KEYS = ("name", "command", "train", "validation", "metric", "options", "grid", "note")
@@ -83,7 +99,7 @@ def check_finetune_field(command: str, option: str, value) -> str | None:
     """The library's own check: a FinetuneConfig field the suite does not set itself."""
     if option in SET_BY_SUITE:
         return "set by the suite itself" + (" (use the task's metric)" if option == "metric_for_best" else "")
-    if option not in FINETUNE_FIELDS:
+    if config_field(command, option) not in FINETUNE_FIELDS:
         return f"not a finetune option (known: {', '.join(sorted(FINETUNE_FIELDS))})"
     return None
 
@@ -257,10 +273,6 @@ class _Reader:
             self.fail(f"{where}command", f"{command!r}: choose {', '.join(DEFAULT_METRICS)}")
         train, validation = self.text(raw, "train", where), self.text(raw, "validation", where)
         metric = self.text(raw, "metric", where, default=DEFAULT_METRICS[command])
-        if metric not in METRICS[command] and not (command == "tokens" and PER_TYPE.fullmatch(metric)):
-            self.fail(f"{where}metric", f"{metric!r}: `finetune {command}` reports {', '.join(METRICS[command])}"
-                      + (" (and <TYPE>_f1 per entity type)" if command == "tokens" else "")
-                      + ("; plain tags (no entities) report accuracy alone" if command == "tokens" else ""))
         note = raw.get("note", "")
         if not isinstance(note, str):
             self.fail(f"{where}note", f"a string, got {note!r}")
@@ -280,6 +292,11 @@ class _Reader:
                 self.option(command, at, key, value)
             if len({format_value(v) for v in values}) != len(values):
                 self.fail(at, f"a value appears twice in {values!r}")
+        reported = reported_metrics(command, {**defaults, **options}, grid)
+        if metric not in reported and not (command == "tokens" and PER_TYPE.fullmatch(metric)):
+            self.fail(f"{where}metric", f"{metric!r}: `finetune {command}` reports {', '.join(reported)}"
+                      + (" (and <TYPE>_f1 per entity type)" if command == "tokens" else "")
+                      + ("; plain tags (no entities) report accuracy alone" if command == "tokens" else ""))
         return TaskSpec(name=name, command=command, train=train, validation=validation, metric=metric,
                         options={**defaults, **options}, grid=dict(grid), note=note.strip())
 

@@ -34,6 +34,19 @@ TASK_DEFAULTS: dict[str, dict[str, tuple[object, str | None]]] = {
 }
 
 
+# Options a command names without its task's prefix: `finetune rerank --loss` sets
+# FinetuneConfig.rerank_loss (the config holds every task's options, so the field says
+# whose it is). The CLI and eval-suite files read the same names through this table.
+COMMAND_FIELDS: dict[str, dict[str, str]] = {
+    "rerank": {"loss": "rerank_loss", "top_k": "rerank_top_k"},
+}
+
+
+def config_field(task: str, option: str) -> str:
+    """The FinetuneConfig field `finetune TASK --OPTION` sets."""
+    return COMMAND_FIELDS.get(task, {}).get(option, option)
+
+
 def task_default(option: str, task: str):
     """The value `task` uses for `option` (a FinetuneConfig field) when it is omitted."""
     return TASK_DEFAULTS[option][task][0]
