@@ -25,19 +25,16 @@ import copy
 import json
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-SQUAD = SHARED / "data" / "squad" / "squad-v1.1-train-head.json"
 sys.path.insert(0, str(REPO))
 
+from bench_embed import SQUAD, minilm_dir  # noqa: E402  (the same MiniLM, fetched once)
 from bertmodel.data.classification import encode_texts  # noqa: E402
 from bertmodel.data.pairs import Pairs  # noqa: E402
 from bertmodel.hf import load_into, load_pretrained  # noqa: E402
@@ -45,13 +42,6 @@ from bertmodel.model.bi_encoder import BertBiEncoder  # noqa: E402
 from bertmodel.tasks.embed import PairSet  # noqa: E402
 from bertmodel.training.host_memory import keep_freed_memory  # noqa: E402
 from bertmodel.training.optim import build_optimizer, clip_and_step  # noqa: E402
-
-
-def minilm_dir() -> pathlib.Path:
-    path = pathlib.Path(tempfile.gettempdir()) / "bertmodel-bench-minilm"
-    subprocess.run(["bash", str(SHARED / "tools" / "fetch_minilm.sh"), str(path)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return path
 
 
 def squad_rows(count: int, negatives: int) -> list[dict]:
