@@ -122,12 +122,14 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         (out_dir / "tokenizer.json").write_text(loaded.tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
     if "tokenizer_config.json" in tokenizer.files:
         config = json.loads((out_dir / "tokenizer_config.json").read_text())
+        claimed = config.get("model_max_length")
         if read_length is not None:
             config["model_max_length"] = read_length
-        elif max_len > 512 and (config.get("model_max_length") or 0) < max_len:
+        elif max_len > 512 and (claimed or 0) < max_len:
             # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
             config["model_max_length"] = max_len
-        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+        if config.get("model_max_length") != claimed:  # else the source's file stays as it was copied
+            (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     else:
         # strip_accents written out: transformers' BertTokenizer rebuilds its normalizer
         # from these two, and a lower-cased model trained with accents kept (non-Latin

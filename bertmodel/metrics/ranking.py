@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 
 RECALL_DEPTH = 100
-METRICS = ("ndcg@10", "mrr@10", f"recall@{RECALL_DEPTH}", "map")  # a run of 100 or more per query
 
 
 def recall_depth(candidates: int | None = None) -> int:
@@ -38,6 +37,9 @@ def recall_depth(candidates: int | None = None) -> int:
 def metric_names(candidates: int | None = None) -> tuple[str, ...]:
     """The measures' names for runs of at most `candidates` passages a query (None: any)."""
     return ("ndcg@10", "mrr@10", f"recall@{recall_depth(candidates)}", "map")
+
+
+METRICS = metric_names()  # a run of 100 or more per query
 
 
 def trec_order(scores: dict[str, float]) -> list[str]:

@@ -43,6 +43,7 @@ from typing import Callable
 
 from bertmodel.errors import BertmodelError
 from bertmodel.finetune import FinetuneConfig
+from bertmodel.metrics.ranking import recall_depth
 from bertmodel.tasks.task_defaults import TASK_DEFAULTS, config_field
 
 try:  # Python 3.11+
@@ -66,9 +67,6 @@ METRICS = {"classify": ("accuracy", "macro_f1", "mcc", "f1", "loss", "pearson", 
            # labelled (query, passage) pairs: per-query ranking of each query's candidates, and the pairs' own;
            # a BEIR directory: BM25's top --top-k reranked, trec_eval's measures
            "rerank": ("ndcg@10", "mrr@10", "accuracy", "auc", "loss", "recall@100", "map")}
-RECALL_DEPTH = 100  # recall@100, or recall@K where a reranker's candidates are fewer (--top-k K)
-
-
 def reported_metrics(command: str, options: dict, grid: dict) -> tuple[str, ...]:
     """The metrics `command`'s runs report with these options: a reranker counts recall
     at min(100, --top-k), so its recall is named for that depth (one name for every grid
@@ -76,8 +74,8 @@ def reported_metrics(command: str, options: dict, grid: dict) -> tuple[str, ...]
     metrics = METRICS[command]
     if command != "rerank":
         return metrics
-    top_ks = grid.get("top_k") or [options.get("top_k", RECALL_DEPTH)]
-    depths = {min(RECALL_DEPTH, int(k)) for k in top_ks}
+    top_ks = grid.get("top_k") or [options.get("top_k")]
+    depths = {recall_depth(None if k is None else int(k)) for k in top_ks}
     recall = f"recall@{depths.pop()}" if len(depths) == 1 else None
     return tuple(recall if m.startswith("recall@") else m for m in metrics if recall or not m.startswith("recall@"))
 
