@@ -6,7 +6,8 @@ tokenizer's `save_pretrained` would: config.json (with the architecture and the 
 fields, e.g. id2label), model.safetensors (every tensor except the tied decoder entries
 cls.predictions.decoder.weight/bias; metadata {"format": "pt"}) and the tokenizer files,
 so `AutoModelFor....from_pretrained(dir)` loads with no missing or unexpected keys and
-`AutoTokenizer.from_pretrained(dir)` works.
+`AutoTokenizer.from_pretrained(dir)` works (the tokenizer's files and lengths:
+hf_tokenizer.py).
 
 Either architecture (config.json's model_type "bert" or "modernbert"; the tied decoder
 is cls.predictions.decoder.* for BERT, decoder.weight for ModernBERT), and ELECTRA
@@ -40,7 +41,7 @@ from bertmodel.model.rtd import discriminator_state, generator_state, generator_
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
-from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
+from bertmodel.hf_tokenizer import reading_length, special_ids, write_tokenizer
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight",
              "generator_lm_head.weight")
@@ -52,8 +53,6 @@ TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddin
 # encoder or a classifier gets no decoder).
 TIED_HEAD = {"cls.predictions.decoder.weight": "cls.predictions.bias", "cls.predictions.decoder.bias":
              "cls.predictions.bias", "decoder.weight": "decoder.bias", "generator_lm_head.weight": "generator_lm_head.bias"}
-SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                      "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
 
 ENCODER_PREFIXES = ("bert.", "model.", "electra.")  # BertModel's, ModernBertModel's, ElectraModel's place in heads
@@ -80,65 +79,6 @@ def hf_tensors(state_dict: dict) -> dict[str, torch.Tensor]:
     sd = unwrap_state_dict(state_dict)
     return {k: v.detach().to("cpu", torch.float32).contiguous().clone()
             for k, v in sd.items() if k not in TIED_KEYS}
-
-
-def reading_length(task: dict | None) -> int | None:
-    """The tokens per input a fine-tuning run read: an embed run's passage length
-    (sentence-transformers has one length for every text), any other fine-tuning run's
-    --max-seq-length (its task record's options); None for a pre-training run or a model
-    with no task record."""
-    task = task or {}
-    embed = task.get("sentence_transformers") or {}
-    length = embed.get("max_seq_length") or (task.get("options") or {}).get("max_seq_length")
-    return int(length) if length else None
-
-
-def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int,
-                    read_length: int | None = None) -> None:
-    """Copy the tokenizer files; add tokenizer_config.json / special_tokens_map.json when
-    the source has only a vocab.txt (AutoTokenizer needs the former to lower-case).
-
-    model_max_length is where transformers' `truncation=True`, its token-classification
-    pipeline and sentence-transformers' CrossEncoder cut an input. A fine-tuned model's
-    is `read_length`, the length its run trained and evaluated at, so they read what the
-    run read and score as it did. Any other model's is its `max_len` positions (or the
-    tokenizer's own claim within BERT's 512): a pre-trained encoder is a starting point,
-    and a fine-tuning through transformers caps its --max_seq_length at this value
-    (run_glue.py's min(max_seq_length, model_max_length)), so a pre-training run's 128
-    must not stop a fine-tuning at 512 (which trains the later positions, as BERT's
-    second phase does)."""
-    if tokenizer is None:
-        return
-    for name, path in tokenizer.files.items():
-        shutil.copyfile(path, out_dir / name)
-    lower = True if tokenizer.lowercase is None else bool(tokenizer.lowercase)
-    strip = lower if tokenizer.strip_accents is None else bool(tokenizer.strip_accents)
-    if "tokenizer.json" not in tokenizer.files and "vocab.txt" in tokenizer.files:
-        # transformers' AutoTokenizer builds some models' tokenizers (ModernBERT's among
-        # them) from tokenizer.json alone, whatever tokenizer_config.json's class says:
-        # from a bare vocab.txt it fails ("Couldn't instantiate the backend tokenizer").
-        # Write the pipeline bertprep's loader builds from it, with the model's casing.
-        loaded = load_bert_tokenizer(tokenizer.files["vocab.txt"], lowercase=lower, strip_accents=strip)
-        (out_dir / "tokenizer.json").write_text(loaded.tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
-    if "tokenizer_config.json" in tokenizer.files:
-        config = json.loads((out_dir / "tokenizer_config.json").read_text())
-        claimed = config.get("model_max_length")
-        if read_length is not None:
-            config["model_max_length"] = read_length
-        elif max_len > 512 and (claimed or 0) < max_len:
-            # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
-            config["model_max_length"] = max_len
-        if config.get("model_max_length") != claimed:  # else the source's file stays as it was copied
-            (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    else:
-        # strip_accents written out: transformers' BertTokenizer rebuilds its normalizer
-        # from these two, and a lower-cased model trained with accents kept (non-Latin
-        # text) must not have them stripped.
-        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "strip_accents": strip,
-                  "model_max_length": read_length or max_len, **SPECIAL_TOKENS_MAP}
-        (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    if "special_tokens_map.json" not in tokenizer.files:
-        (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
 
 
 RTD_GENERATOR_DIR = "generator"  # RUN/generator: an ELECTRA run's generator, beside RUN/hf (its discriminator)
@@ -232,7 +172,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
         os.chmod(tmp / "model.safetensors", 0o666 & ~_umask())  # safetensors writes 0600; match the others
         hf_config = {**config.to_hf_dict(), "architectures": [architecture], **(head_config or {})}
         if tokenizer is not None:
-            hf_config.update(_special_ids(tokenizer, config))
+            hf_config.update(special_ids(tokenizer, config))
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_tokenizer(tmp, tokenizer, config.max_position_embeddings, reading_length(task))
         if task and task.get("sentence_transformers"):  # an embed run's: SentenceTransformer(dir) loads it
@@ -263,19 +203,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def _special_ids(tokenizer: TokenizerInfo, config) -> dict:
-    """config.json's special token ids from our vocabulary (ModernBERT's defaults are its
-    own BPE vocabulary's, which would point fill-mask and the pipelines at other tokens)."""
-    ids = tokenizer.special_ids
-    out = {"pad_token_id": ids.get("pad", config.pad_token_id)}
-    if isinstance(config, ModernBertConfig):
-        for name, key in (("cls", "cls_token_id"), ("sep", "sep_token_id"), ("cls", "bos_token_id"),
-                          ("sep", "eos_token_id"), ("mask", "mask_token_id")):
-            if name in ids:
-                out[key] = ids[name]
-    return out
 
 
 def _hf_state_dict(directory: Path, model_type: str = "bert") -> dict:

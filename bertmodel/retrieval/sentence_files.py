@@ -8,7 +8,7 @@
   config_sentence_transformers.json the prompts ("query", "document": our --query-prefix and
                                     --passage-prefix, which encode_query / encode_document
                                     prepend), cosine similarity
-  tokenizer_config.json             model_max_length = the passage length (hf.write_tokenizer
+  tokenizer_config.json             model_max_length = the passage length (hf_tokenizer.write_tokenizer
                                     writes it, as for every fine-tuned model's export):
                                     sentence-transformers has one length for every text (ours
                                     cuts queries at --max-query-length, so a query longer than
@@ -47,7 +47,7 @@ def _versions() -> dict:
 def write_sentence_files(out_dir, settings: dict) -> None:
     """settings: {"pooling", "dimension", "normalize", "query_prefix", "passage_prefix",
     "max_seq_length"} (what tasks/embed.py records in its state; the length goes into
-    tokenizer_config.json, which hf.write_tokenizer writes)."""
+    tokenizer_config.json, which hf_tokenizer.write_tokenizer writes)."""
     out_dir = Path(out_dir)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling",
