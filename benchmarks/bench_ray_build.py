@@ -119,7 +119,7 @@ def warm(path):
     start = time.perf_counter()
     import bertprep.builder.tasks
     from bertprep.tokenizer.encoding import SentenceEncoder
-    from bertprep.tokenizer.files import load_tokenizer
+    from bertprep.tokenizer import load_tokenizer
     imported = time.perf_counter()
     SentenceEncoder(load_tokenizer(path), "auto")
     return imported - start, time.perf_counter() - imported

@@ -135,7 +135,9 @@ def test_vocab_txt_errors_name_the_file_and_problem(tmp_path, tokens, problem):
 
 @pytest.mark.parametrize("text, problem", [
     ("{not json", "not a tokenizer (invalid JSON: Expecting property name enclosed in double quotes at line 1)"),
-    ('{"model": {"type": "BPE", "vocab": {}, "merges": []}}', "not a WordPiece tokenizer (model type 'BPE')"),
+    ('{"model": {"type": "BPE", "vocab": {}, "merges": []}}', "empty vocabulary"),
+    ('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}',
+     "no [CLS]/<s> or [SEP]/</s> token: an encoder's sequences need both"),
     ('[1, 2]', "not a WordPiece tokenizer (model type None)"),
     ('{"model": {"type": "WordPiece", "vocab": {}}}', "empty vocabulary"),
     ('{"model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "a": 2}}}', "vocabulary ids are not 0..1 (token 'a' has id 2)"),

@@ -1,15 +1,20 @@
-"""The WordPiece tokenizer: training it deterministically (training.py) with its
-guards (guards.py), the normalisation per script (scripts.py) and the alphabet
-(alphabet.py), its files and loading (files.py), and bulk encoding (encoding.py).
+"""Tokenizers: WordPiece trained deterministically (training.py) with its guards
+(guards.py), the normalisation per script (scripts.py) and the alphabet (alphabet.py);
+WordPiece files and loading (files.py); released tokenizers of other kinds (released.py:
+byte-level BPE, SentencePiece); the special-token templates of any of them
+(templates.py); one loader for all (load.py); bulk encoding (encoding.py).
 """
 from bertprep.tokenizer.encoding import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer.files import (LoadedTokenizer, SPECIAL_TOKENS, SpecialIds, TOKENIZER_FILES, build_tokenizer,
-                                      infer_lowercase, load_tokenizer, resolve_strip_accents, span_end)
+                                      infer_lowercase, resolve_strip_accents, span_end)
+from bertprep.tokenizer.load import load_tokenizer
+from bertprep.tokenizer.released import RELEASED_FILES, ReleasedTokenizer
+from bertprep.tokenizer.templates import Template
 from bertprep.tokenizer.guards import LongWords, UNCASED_GROWTH, WORD_BOUNDARIES
 from bertprep.tokenizer.scripts import Normalisation, choose_normalisation, script_of
 from bertprep.tokenizer.training import TokenizerTrainingConfig, train_tokenizer
 
-__all__ = ["LoadedTokenizer", "LongWords", "Normalisation", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds",
-           "TOKENIZER_FILES", "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer",
+__all__ = ["LoadedTokenizer", "LongWords", "Normalisation", "RELEASED_FILES", "ReleasedTokenizer", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds",
+           "TOKENIZER_FILES", "Template", "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer",
            "choose_normalisation", "infer_lowercase", "load_tokenizer", "nanotoken_available",
            "resolve_strip_accents", "script_of", "span_end", "train_tokenizer"]

@@ -55,6 +55,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre
 from bertprep.storage import stores as storage
 from bertprep.storage import write_bytes_atomic
 from bertprep.errors import BertprepError, describe_path
+from bertprep.tokenizer.templates import Template, bert_template
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_MAX_CHARS_PER_WORD = 200  # Google's tokenization.py; `tokenizers` defaults to 100
@@ -65,13 +66,14 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 
 @dataclass(frozen=True)
 class SpecialIds:
-    """Ids of the five special tokens, looked up in the vocabulary."""
+    """Ids of the five special tokens, looked up in the vocabulary (a released
+    tokenizer may lack some: None; WordPiece vocabularies always have all five)."""
 
-    pad: int
-    unk: int
+    pad: int | None
+    unk: int | None
     cls: int
     sep: int
-    mask: int
+    mask: int | None
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -94,10 +96,33 @@ class LoadedTokenizer:
     source: pathlib.Path | None  # what it was loaded from (None when built in memory)
     special: SpecialIds
     strip_accents: bool  # NFD + delete Mn marks (BERT-uncased's second step)
+    template: Template | None = None  # the special tokens around one text or a pair (templates.py)
+    kind: str = "wordpiece"  # the tokenizer.json model: "wordpiece", "bpe", "unigram"
+    byte_level: bool = False  # tokens carry their word's leading space (byte-level BPE)
+
+    def __post_init__(self):
+        if self.template is None:
+            self.template = bert_template(self.special.cls, self.special.sep)
 
     @property
     def vocab_size(self) -> int:
         return len(self.vocab)
+
+    def require_mask(self, where: str) -> int:
+        """The mask token's id, or the one-line error MLM needs when there is none."""
+        if self.special.mask is None:
+            raise BertprepError(f"{where}: the tokenizer has no mask token ([MASK] / <mask>); masked language "
+                                f"modelling needs one (name it mask_token in tokenizer_config.json)")
+        return self.special.mask
+
+    def text_tokenizer(self) -> Tokenizer:
+        """The pipeline for corpus text, where a literal special token is text
+        (encode_special_tokens is already set on WordPiece's)."""
+        return self.tokenizer
+
+    def encode_words(self, words: list[str], pair: list[str] | None = None, add_special_tokens: bool = True):
+        """Pre-split words (transformers' `is_split_into_words=True`)."""
+        return self.tokenizer.encode(words, pair, is_pretokenized=True, add_special_tokens=add_special_tokens)
 
     def fingerprint(self) -> str:
         """sha256 hex of the vocabulary and settings (format in the module docstring)."""
@@ -189,7 +214,7 @@ def build_tokenizer(vocab: list[str], lowercase: bool,
     )
 
 
-def load_tokenizer(path, lowercase: bool | None = None,
+def load_wordpiece(path, lowercase: bool | None = None,
                    max_chars_per_word: int | None = None, strip_accents: bool | None = None) -> LoadedTokenizer:
     """Load a TOKDIR (tokenizer.json and/or vocab.txt), a tokenizer.json or a bare
     vocab.txt such as Google's. `lowercase`/`strip_accents`/`max_chars_per_word` override
