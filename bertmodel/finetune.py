@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from bertmodel.errors import BertmodelError
+from bertmodel.model.config import ARCHITECTURES
 from bertmodel.tasks.task_defaults import task_default
 from bertmodel.training.options import MEANINGFUL, LoopConfig
 from bertmodel.training.run import run_training
@@ -39,8 +40,8 @@ class FinetuneConfig(LoopConfig):
     model: str
     """The BERT to start from: one of our runs/checkpoints or a transformers directory of any BERT head."""
     architecture: str | None = None
-    """The architecture of --model random:PRESET ("bert", the default, or "modernbert"); any other
-    model carries its own (given, it must be that one)."""
+    """The architecture of --model random:PRESET ("bert", the default, "modernbert" or "roberta"); any
+    other model carries its own (given, it must be that one)."""
     classifier_pooling: str | None = None
     """ModernBERT, classify and choice only (qa and tokens score every token): the sequence's vector,
     "cls" (the first token) or "mean" (of the real tokens), as transformers' config field; None: the
@@ -165,8 +166,8 @@ class FinetuneConfig(LoopConfig):
             raise BertmodelError(f"unknown fine-tuning task {self.task!r}; choose {', '.join(TASK_NAMES)}")
         if self.model.startswith("random:"):
             self.init = "random"
-        if self.architecture not in (None, "bert", "modernbert"):
-            raise BertmodelError(f"architecture must be bert or modernbert, got {self.architecture!r}")
+        if self.architecture not in (None, *ARCHITECTURES):
+            raise BertmodelError(f"architecture must be {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
         if self.classifier_pooling not in (None, "cls", "mean"):
             raise BertmodelError(f"classifier pooling must be cls or mean, got {self.classifier_pooling!r}")
         if self.classifier_pooling is not None and self.task not in ("classify", "choice", "rerank"):

@@ -9,15 +9,17 @@ so `AutoModelFor....from_pretrained(dir)` loads with no missing or unexpected ke
 `AutoTokenizer.from_pretrained(dir)` works (the tokenizer's files and lengths:
 hf_tokenizer.py).
 
-Either architecture (config.json's model_type "bert" or "modernbert"; the tied decoder
-is cls.predictions.decoder.* for BERT, decoder.weight for ModernBERT), and ELECTRA
-(model_type "electra": the BERT encoder under `electra.`, ElectraModel, ElectraForPreTraining
-or any ElectraFor... head in, the fine-tuning heads out).
+Every architecture (config.json's model_type "bert", "modernbert" or "roberta"; the tied
+decoder is cls.predictions.decoder.* for BERT, decoder.weight for ModernBERT,
+lm_head.decoder.* for RoBERTa), XLM-R (model_type "xlm-roberta": RoBERTa's network, read
+and written back under its XLMRoberta* names) and ELECTRA (model_type "electra": the BERT
+encoder under `electra.`, ElectraModel, ElectraForPreTraining or any ElectraFor... head in,
+the fine-tuning heads out).
 
 Loading: `load_pretrained(path)` reads a RUN dir (its latest checkpoint), a checkpoint
-dir, or a Hugging Face BERT or ModernBERT dir of any head (BertModel,
-BertForPreTraining, BertForMaskedLM, ModernBertModel, ModernBertForMaskedLM, the
-fine-tuning heads; model.safetensors or pytorch_model.bin, old gamma/beta LayerNorm
+dir, or a Hugging Face BERT, ModernBERT, RoBERTa, XLM-R or ELECTRA dir of any head
+(BertModel, BertForPreTraining, BertForMaskedLM, ModernBertModel, ModernBertForMaskedLM,
+RobertaModel, RobertaForMaskedLM, the fine-tuning heads; model.safetensors or pytorch_model.bin, old gamma/beta LayerNorm
 names accepted), and
 `load_into(model, pretrained)` puts the encoder (and the head, where the source has the
 same one) into any of our head models, returning what it initialised anew or left out.
@@ -41,26 +43,32 @@ from bertmodel.model.rtd import discriminator_state, generator_state, generator_
 from bertmodel.errors import BertmodelError
 from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
 from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
-from bertmodel.hf_tokenizer import reading_length, special_ids, write_tokenizer
+from bertmodel.hf_tokenizer import input_names, reading_length, special_ids, write_tokenizer
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight",
-             "generator_lm_head.weight")
+             "generator_lm_head.weight", "lm_head.decoder.weight", "lm_head.decoder.bias")
 TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
                 "cls.predictions.decoder.bias": "cls.predictions.bias",
                 "decoder.weight": "model.embeddings.tok_embeddings.weight",
-                "generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
+                "generator_lm_head.weight": "electra.embeddings.word_embeddings.weight",
+                "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+                "lm_head.decoder.bias": "lm_head.bias"}
 # A tied entry is filled in only where the source has the head it belongs to (a bare
 # encoder or a classifier gets no decoder).
 TIED_HEAD = {"cls.predictions.decoder.weight": "cls.predictions.bias", "cls.predictions.decoder.bias":
-             "cls.predictions.bias", "decoder.weight": "decoder.bias", "generator_lm_head.weight": "generator_lm_head.bias"}
+             "cls.predictions.bias", "decoder.weight": "decoder.bias", "generator_lm_head.weight": "generator_lm_head.bias",
+             "lm_head.decoder.weight": "lm_head.bias", "lm_head.decoder.bias": "lm_head.bias"}
 
 
-ENCODER_PREFIXES = ("bert.", "model.", "electra.")  # BertModel's, ModernBertModel's, ElectraModel's place in heads
-POOLER_PREFIX = "bert.pooler."
+# BertModel's, ModernBertModel's, ElectraModel's, RobertaModel's place in heads
+ENCODER_PREFIXES = ("bert.", "model.", "electra.", "roberta.")
+POOLER_PREFIXES = ("bert.pooler.", "roberta.pooler.")  # the encoders' part some of their heads lack
 # A bare encoder's own names (no head prefix), per model_type
 BARE_ENCODER = {"bert": (("embeddings.", "encoder.", "pooler."), "bert."),
                 "modernbert": (("embeddings.", "layers.", "final_norm."), "model."),
-                "electra": (("embeddings.", "embeddings_project.", "encoder."), "electra.")}
+                "electra": (("embeddings.", "embeddings_project.", "encoder."), "electra."),
+                "roberta": (("embeddings.", "encoder.", "pooler."), "roberta."),
+                "xlm-roberta": (("embeddings.", "encoder.", "pooler."), "roberta.")}
 
 
 @dataclass
@@ -91,7 +99,8 @@ TASK_FILE = "bertmodel_task.json"  # our task's settings beside config.json (tra
 EXPORT_FILES = frozenset({"config.json", "model.safetensors", TASK_FILE, *TOKENIZER_FILES, *SENTENCE_FILES})
 # A bare encoder's export (an embed run's) keeps its tensors under the encoder's own names,
 # as save_pretrained of BertModel / ModernBertModel writes them.
-BARE_ARCHITECTURES = {"BertModel": "bert.", "ModernBertModel": "model."}
+BARE_ARCHITECTURES = {"BertModel": "bert.", "ModernBertModel": "model.", "RobertaModel": "roberta.",
+                      "XLMRobertaModel": "roberta."}
 SHARD_SET_FILES = ("manifest.json", "state.json", "dataset_info.json")  # bertprep build-shards' own
 
 
@@ -174,7 +183,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
         if tokenizer is not None:
             hf_config.update(special_ids(tokenizer, config))
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-        write_tokenizer(tmp, tokenizer, config.max_position_embeddings, reading_length(task))
+        write_tokenizer(tmp, tokenizer, config.max_sequence_length, reading_length(task), input_names(config))
         if task and task.get("sentence_transformers"):  # an embed run's: SentenceTransformer(dir) loads it
             write_sentence_files(tmp, task["sentence_transformers"])
         if task:
@@ -251,6 +260,13 @@ def _architecture(config: dict, sd: dict, path: Path) -> str:
     # No architectures field (older exports): tell the head by its weights.
     if config.get("model_type") == "modernbert":
         return "ModernBertForMaskedLM" if "decoder.bias" in sd or "decoder.weight" in sd else "ModernBertModel"
+    if config.get("model_type") in ("roberta", "xlm-roberta"):
+        prefix = config_from_dict(config).hf_prefix
+        for key, head in (("lm_head.bias", "ForMaskedLM"), ("classifier.out_proj.weight", "ForSequenceClassification"),
+                          ("qa_outputs.weight", "ForQuestionAnswering")):
+            if key in sd:
+                return prefix + head
+        return prefix + "Model"
     if config.get("model_type") == "electra":
         for key, arch in (("discriminator_predictions.dense.weight", "ElectraForPreTraining"),
                           ("generator_lm_head.bias", "ElectraForMaskedLM")):
@@ -313,8 +329,9 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
         except (ValueError, UnicodeDecodeError) as exc:
             raise BertmodelError(f"{path}/config.json: not valid JSON ({exc})") from None
         if config.get("model_type") not in BARE_ENCODER:
-            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not 'bert', "
-                                 "'modernbert' or 'electra'; only BERT, ModernBERT and ELECTRA models are supported")
+            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not one of "
+                                 f"{', '.join(repr(t) for t in BARE_ENCODER)}; only BERT, ModernBERT, ELECTRA, "
+                                 "RoBERTa and XLM-R models are supported")
         try:
             cfg = config_from_dict(config)
         except BertmodelError as exc:
@@ -337,7 +354,7 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
 
 def _is_head(key: str) -> bool:
     """A head's tensor (or the pooler, which some heads lack), not the shared encoder's."""
-    return not key.startswith(ENCODER_PREFIXES) or key.startswith(POOLER_PREFIX)
+    return not key.startswith(ENCODER_PREFIXES) or key.startswith(POOLER_PREFIXES)
 
 
 def _names(keys: list[str]) -> str:

@@ -1,7 +1,8 @@
 """The tokenizer's half of an export (hf.py's export_hf): its files copied (a bare
 vocab.txt given a tokenizer.json and the configs AutoTokenizer needs to lower-case),
-tokenizer_config.json's model_max_length (the length a fine-tuned model's run read), and
-config.json's special token ids from our vocabulary."""
+tokenizer_config.json's model_max_length (the length a fine-tuned model's run read) and,
+for a model with one token type, its model_input_names, and config.json's special token
+ids from our vocabulary."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from bertmodel.data.shards import TokenizerInfo
-from bertmodel.model.config import ModernBertConfig
+from bertmodel.model.config import ModernBertConfig, RobertaConfig
 from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
 SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
@@ -28,7 +29,7 @@ def reading_length(task: dict | None) -> int | None:
 
 
 def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int,
-                    read_length: int | None = None) -> None:
+                    read_length: int | None = None, input_names: list[str] | None = None) -> None:
     """Copy the tokenizer files; add tokenizer_config.json / special_tokens_map.json when
     the source has only a vocab.txt (AutoTokenizer needs the former to lower-case).
 
@@ -40,7 +41,11 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
     and a fine-tuning through transformers caps its --max_seq_length at this value
     (run_glue.py's min(max_seq_length, model_max_length)), so a pre-training run's 128
     must not stop a fine-tuning at 512 (which trains the later positions, as BERT's
-    second phase does)."""
+    second phase does).
+
+    input_names: what the tokenizer's calls return (model_input_names), where the model
+    reads less than the tokenizer would give: a RoBERTa model has one token type, and a
+    WordPiece tokenizer's pair type ids of 1 would not fit its table in transformers."""
     if tokenizer is None:
         return
     for name, path in tokenizer.files.items():
@@ -56,20 +61,24 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         (out_dir / "tokenizer.json").write_text(loaded.tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
     if "tokenizer_config.json" in tokenizer.files:
         config = json.loads((out_dir / "tokenizer_config.json").read_text())
-        claimed = config.get("model_max_length")
+        claimed, claimed_names = config.get("model_max_length"), config.get("model_input_names")
         if read_length is not None:
             config["model_max_length"] = read_length
         elif max_len > 512 and (claimed or 0) < max_len:
             # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
             config["model_max_length"] = max_len
-        if config.get("model_max_length") != claimed:  # else the source's file stays as it was copied
+        if input_names is not None:
+            config["model_input_names"] = list(input_names)
+        if (config.get("model_max_length"), config.get("model_input_names")) != (claimed, claimed_names):
+            # else the source's file stays as it was copied
             (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     else:
         # strip_accents written out: transformers' BertTokenizer rebuilds its normalizer
         # from these two, and a lower-cased model trained with accents kept (non-Latin
         # text) must not have them stripped.
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "strip_accents": strip,
-                  "model_max_length": read_length or max_len, **SPECIAL_TOKENS_MAP}
+                  "model_max_length": read_length or max_len, **SPECIAL_TOKENS_MAP,
+                  **({"model_input_names": list(input_names)} if input_names is not None else {})}
         (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     if "special_tokens_map.json" not in tokenizer.files:
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
@@ -77,7 +86,8 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
 
 def special_ids(tokenizer: TokenizerInfo, config) -> dict:
     """config.json's special token ids from our vocabulary (ModernBERT's defaults are its
-    own BPE vocabulary's, which would point fill-mask and the pipelines at other tokens)."""
+    own BPE vocabulary's, which would point fill-mask and the pipelines at other tokens;
+    RoBERTa's are roberta-base's <s>, </s> and <pad>)."""
     ids = tokenizer.special_ids
     out = {"pad_token_id": ids.get("pad", config.pad_token_id)}
     if isinstance(config, ModernBertConfig):
@@ -85,4 +95,15 @@ def special_ids(tokenizer: TokenizerInfo, config) -> dict:
                           ("sep", "eos_token_id"), ("mask", "mask_token_id")):
             if name in ids:
                 out[key] = ids[name]
+    if isinstance(config, RobertaConfig):
+        out.update({key: ids[name] for name, key in (("cls", "bos_token_id"), ("sep", "eos_token_id")) if name in ids})
     return out
+
+
+def input_names(config) -> list[str] | None:
+    """model_input_names for an export's tokenizer_config.json where the model reads no
+    segment ids (a RoBERTa of one token type, as roberta-base's tokenizer says); None: as
+    the tokenizer's files have it."""
+    if isinstance(config, RobertaConfig) and config.type_vocab_size == 1:
+        return ["input_ids", "attention_mask"]
+    return None

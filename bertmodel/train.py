@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bertmodel.model.config import ARCHITECTURES, BertConfig, ModernBertConfig, preset_config, vocabulary_ids
+from bertmodel.model.config import (ARCHITECTURES, CONFIGS, BertConfig, ModernBertConfig, RobertaConfig, preset_config,
+                                    vocabulary_ids)
 from bertmodel.data.schedules import MaskRateSchedule, parse_batch_warmup, parse_mask_rate_schedule
 from bertmodel.errors import BertmodelError
 from bertmodel.tasks.pretraining import PretrainingTask
@@ -26,7 +27,7 @@ class TrainConfig(LoopConfig):
     data: list[str]
     """Shard directories written by `bertprep build-shards` (read together)."""
     architecture: str | None = None
-    """"bert" or "modernbert" (model/config.py); None: bert, or --init-from's."""
+    """"bert", "modernbert" or "roberta" (model/config.py); None: bert, or --init-from's."""
     preset: str | None = None
     """Model size preset of the architecture (config.PRESETS, MODERNBERT_PRESETS; base when not given);
     --layers/--hidden/--heads/--intermediate override."""
@@ -103,10 +104,14 @@ class TrainConfig(LoopConfig):
             raise BertmodelError(f"eval-batches must be positive, got {self.eval_batches}")
         if self.architecture not in (None, *ARCHITECTURES):
             raise BertmodelError(f"architecture must be {' or '.join(ARCHITECTURES)}, got {self.architecture!r}")
-        if self.architecture == "modernbert" and self.objective in ("mlm+nsp", "mlm+sop"):
-            raise BertmodelError(f"--objective {self.objective} needs a pair head, which the modernbert architecture "
-                                 "does not have (no segment embeddings; it is pre-trained with MLM alone): use "
-                                 "--objective mlm or leave it out")
+        if self.architecture is not None and not CONFIGS[self.architecture].has_pair_head \
+                and self.objective in ("mlm+nsp", "mlm+sop"):
+            raise BertmodelError(f"--objective {self.objective} needs a pair head, which the {self.architecture} "
+                                 "architecture does not have (it is pre-trained with MLM alone): use --objective mlm "
+                                 "or leave it out")
+        if self.architecture == "roberta" and self.objective == "rtd":
+            raise BertmodelError("--objective rtd trains ELECTRA's pair of models on the bert or modernbert "
+                                 "architecture, not roberta")
         if self.init_from and any(v is not None for v in (self.layers, self.hidden, self.heads, self.intermediate)):
             raise BertmodelError("--init-from takes the model size from the checkpoint; drop the size options")
         if self.mask_rate_schedule is not None:
@@ -119,9 +124,9 @@ class TrainConfig(LoopConfig):
         if self.batch_size_warmup is not None:
             parse_batch_warmup(self.batch_size_warmup)
         if self.rope_theta is not None:
-            if self.architecture == "bert" or (self.architecture is None and not self.init_from):
-                raise BertmodelError("--rope-theta sets ModernBERT's rotary bases; BERT has learned absolute "
-                                     "positions (use --architecture modernbert)")
+            if self.architecture in ("bert", "roberta") or (self.architecture is None and not self.init_from):
+                raise BertmodelError(f"--rope-theta sets ModernBERT's rotary bases; {self.architecture or 'bert'} has "
+                                     "learned absolute positions (use --architecture modernbert)")
             self.rope_thetas()
 
     def mask_rates(self) -> MaskRateSchedule | None:
@@ -154,7 +159,7 @@ class TrainConfig(LoopConfig):
                 "mask_rate_schedule", "batch_size_warmup", "rope_theta", "generator_size", "generator_layers",
                 "discriminator_weight", "embedding_sharing")
 
-    def model_config(self, tokenizer) -> BertConfig | ModernBertConfig:
+    def model_config(self, tokenizer) -> BertConfig | ModernBertConfig | RobertaConfig:
         """The model a fresh run builds: the preset of the architecture, the size
         overrides, and the tokenizer's vocabulary size and special ids."""
         architecture = self.architecture or "bert"

@@ -29,8 +29,10 @@ def _opt(name: str, **kwargs):
               help="Shard directory from `bertprep build-shards` (repeat to train on several).")
 @click.option("--out", required=True, type=DIR, help="Run directory; rerunning the same command resumes there.")
 @_opt("--architecture", type=click.Choice(list(ARCHITECTURES)), help="bert (learned positions, <= 512 tokens, "
-      "MLM + NSP/SOP or MLM) or modernbert (RoPE, GeGLU, pre-norm, local/global attention, <= 8,192 tokens, MLM "
-      "only; exports ModernBertForMaskedLM). Default: bert, or --init-from's.")
+      "MLM + NSP/SOP or MLM), modernbert (RoPE, GeGLU, pre-norm, local/global attention, <= 8,192 tokens, MLM "
+      "only; exports ModernBertForMaskedLM) or roberta (BERT's network, positions past the padding id, one token "
+      "type, <= 512 tokens, MLM only: pair rows read as one sequence; exports RobertaForMaskedLM; presets as "
+      "bert's). Default: bert, or --init-from's.")
 @_opt("--preset", type=click.Choice(list(PRESETS)), show_default=False, help="Model size (layers/hidden/heads), "
       "bert: " + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c) in PRESETS.items()) + "; modernbert: "
       + ", ".join(f"{k} {a}/{b}/{c}" for k, (a, b, c, _) in MODERNBERT_PRESETS.items())

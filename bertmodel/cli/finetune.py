@@ -10,6 +10,7 @@ import click
 
 from bertmodel.cli.group import CONTEXT_SETTINGS, EXISTING, TOKENIZER_HELP, finish_run, main
 from bertmodel.finetune import FinetuneConfig
+from bertmodel.model.config import ARCHITECTURES
 from bertmodel.tasks.task_defaults import shown_default
 from bertmodel.training.optim import OPTIMIZERS
 from bertprep.cli.kit import OneLineErrors, progress_option, user_errors
@@ -131,9 +132,9 @@ def training_options(task: str):
     """How to train; `task` adds its own (--num-labels: classify)."""
     return lambda fn: _apply(fn, [
         click.option("--model", required=True, type=MODEL_SOURCE, help="The model to start from: our run/checkpoint, "
-                     "a transformers BERT or ModernBERT dir (BertModel, BertForPreTraining, ModernBertForMaskedLM, "
-                     "...), or random:PRESET (a preset's shape, random weights; with --tokenizer)."),
-        _opt("--architecture", type=click.Choice(["bert", "modernbert"]), help="The architecture of --model "
+                     "a transformers BERT, ModernBERT, RoBERTa or XLM-R dir (BertModel, BertForPreTraining, "
+                     "ModernBertForMaskedLM, RobertaForMaskedLM, ...), or random:PRESET (a preset's shape, random weights; with --tokenizer)."),
+        _opt("--architecture", type=click.Choice(list(ARCHITECTURES)), help="The architecture of --model "
              "random:PRESET; any other --model carries its own."),
         *([_opt("--classifier-pooling", type=click.Choice(["cls", "mean"]), help="ModernBERT: read the first "
                 "token (cls) or the mean of the real tokens (mean) as the sequence's vector, as transformers' config "

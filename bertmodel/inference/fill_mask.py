@@ -76,15 +76,15 @@ def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu"
     tokenizer = load_tokenizer(pre.tokenizer)
     encoded = [encode_with_masks(tokenizer, text, special) for text in texts]
     for ids in encoded:
-        if len(ids) > pre.config.max_position_embeddings:
+        if len(ids) > pre.config.max_sequence_length:
             raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
-                                 f"{pre.config.max_position_embeddings} positions")
+                                 f"{pre.config.max_sequence_length} positions")
     # The MLM head of the model's type (BERT's with the pair head, which reads any BERT's
     # MLM weights; ModernBERT's MLM model; ELECTRA's generator).
     model = head_class(pre.config, "pretraining" if pre.config.model_type == "bert" else "mlm")(pre.config)
     # Guesses from an untrained MLM head would look like answers (a ModernBERT
     # discriminator's encoder and head.* load, its decoder bias would not).
-    heads = ("cls.predictions.", "decoder.", "head.", "generator_")
+    heads = ("cls.predictions.", "decoder.", "head.", "generator_", "lm_head.")
     absent = sorted(k for k in model.state_dict() if k.startswith(heads) and k not in pre.state_dict)
     if absent:
         raise BertmodelError(f"{pre.source}: has no MLM head ({pre.architecture}; missing {', '.join(absent[:3])}); "

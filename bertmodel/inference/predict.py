@@ -323,7 +323,7 @@ def _classify(task, net, d, texts: list[str], pairs: list[str] | None, warn=None
     encoded = EncodedSet(encode_texts(task.tok, texts, pairs, task.cfg.max_seq_length), task.pad, task.multiple)
     if warn is not None and encoded.encoded.truncated:
         warn(truncation_warning(len(texts), "pair" if pairs else "text", encoded.encoded.fit_note(),
-                                task.cfg.max_seq_length, task.pre.config.max_position_embeddings))
+                                task.cfg.max_seq_length, task.pre.config.max_sequence_length))
     logits = torch.from_numpy(task.predict(net, encoded, d.device, contextlib.nullcontext(),
                                            task.cfg.eval_batch_size))
     inputs = [{"text": t} if pairs is None else {"text": t, "text_pair": pair}

@@ -1,16 +1,17 @@
-"""A bi-encoder: one encoder (BERT or ModernBERT) for queries and passages alike, a
-pooled and normalised vector per text, trained with the in-batch-negatives loss
+"""A bi-encoder: one encoder (BERT, ModernBERT or RoBERTa) for queries and passages alike,
+a pooled and normalised vector per text, trained with the in-batch-negatives loss
 (model/contrastive.py).
 
-Its tensors are the encoder's alone, under the head models' names (`bert.*` or
-`model.*`), so checkpoints load like every head's; the export is the bare encoder
-(transformers' BertModel / ModernBertModel, the module sentence-transformers wraps) with
-the sentence-transformers files beside it (retrieval/sentence_files.py).
+Its tensors are the encoder's alone, under the head models' names (`bert.*`, `model.*`
+or `roberta.*`), so checkpoints load like every head's; the export is the bare encoder
+(transformers' BertModel / ModernBertModel / RobertaModel or XLMRobertaModel, the module
+sentence-transformers wraps) with the sentence-transformers files beside it
+(retrieval/sentence_files.py).
 
 Pooling (sentence-transformers' Pooling module): "mean" of the last hidden states over
 the real tokens (padding excluded; sum / max(count, 1e-9) as there), or "cls", the first
-token's state. BERT's pooler (dense + tanh) is kept in the weights, unread, so the export
-loads in transformers with nothing newly initialised.
+token's state. BERT's (and RoBERTa's) pooler (dense + tanh) is kept in the weights,
+unread, so the export loads in transformers with nothing newly initialised.
 
 GradCache (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory
 Limited Setup"; sentence-transformers' CachedMultipleNegativesRankingLoss does the same):
@@ -35,6 +36,7 @@ from bertmodel.model.contrastive import DEFAULT_SCALE, contrastive_loss
 from bertmodel.model.electra_heads import ElectraWithHead
 from bertmodel.model.heads import BertWithHead, HeadModel
 from bertmodel.model.modernbert_heads import ModernBertWithHead
+from bertmodel.model.roberta_heads import RobertaWithHead, xlm_variant
 
 POOLINGS = ("mean", "cls")
 
@@ -166,7 +168,17 @@ class ModernBertBiEncoder(_BiEncoder, ModernBertWithHead):
         self.init_weights()
 
 
-BI_ENCODERS: dict[str, type[HeadModel]] = {"bert": BertBiEncoder, "modernbert": ModernBertBiEncoder}
+class RobertaBiEncoder(_BiEncoder, RobertaWithHead):
+    hf_architecture = "RobertaModel"
+    has_pooler = True  # RobertaModel's default, as BertModel's
+
+    def __init__(self, config, **options):
+        super().__init__(config, **options)
+        self.init_weights()
+
+
+BI_ENCODERS: dict[str, type[HeadModel]] = {"bert": BertBiEncoder, "modernbert": ModernBertBiEncoder,
+                                           "roberta": RobertaBiEncoder, "xlm-roberta": xlm_variant(RobertaBiEncoder)}
 
 
 class ElectraBiEncoder(_BiEncoder, ElectraWithHead):

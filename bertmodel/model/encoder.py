@@ -176,9 +176,11 @@ class Pooler(nn.Module):
 
 
 class BertModel(UnpaddableEncoder):
+    embeddings_class = Embeddings  # RoBERTa's counts positions otherwise (model/roberta.py)
+
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
-        self.embeddings = Embeddings(config)
+        self.embeddings = self.embeddings_class(config)
         if config.embedding_width != config.hidden_size:  # ElectraModel's name and place: after the dropout
             self.embeddings_project = Linear(config.embedding_width, config.hidden_size)
         self.encoder = Encoder(config)

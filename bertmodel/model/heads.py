@@ -198,7 +198,7 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tenso
     return F.cross_entropy(at_least_fp32(logits.flatten(0, 1)), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
-def _slot_index(masked_lm_positions: torch.Tensor) -> torch.Tensor:
+def slot_index(masked_lm_positions: torch.Tensor) -> torch.Tensor:
     """(B, 1 + P): [CLS] then the prediction slots, the rows the last layer computes."""
     B = masked_lm_positions.shape[0]
     return torch.cat([masked_lm_positions.new_zeros(B, 1), masked_lm_positions], 1).long()
@@ -232,7 +232,7 @@ class BertForPreTraining(BertWithHead):
         # Only [CLS] (for NSP) and the P prediction slots are ever read from the last
         # layer, so it runs at those 1 + P positions alone: same values there, ~(T-1-P)/T
         # of the last layer's work saved (the last-layer pruning of MLPerf BERT entries).
-        hidden = self.bert(input_ids, token_type_ids, attention_mask, _slot_index(masked_lm_positions))
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, slot_index(masked_lm_positions))
         nsp_logits = self.cls.seq_relationship(self.bert.pooler(hidden))  # [CLS] -> (B, 2)
         mlm_logits = self.cls.predictions(hidden[:, 1:])  # (B, P, H) -> (B, P, V)
         mlm_loss = nsp_loss = loss = None
@@ -262,7 +262,7 @@ class BertForMaskedLM(BertWithHead):
                 masked_lm_labels=None, next_sentence_label=None) -> PretrainingOutput:
         # The last layer runs at the P slots (+ [CLS], which keeps the index layout of
         # BertForPreTraining; its row is simply not read).
-        hidden = self.bert(input_ids, token_type_ids, attention_mask, _slot_index(masked_lm_positions))
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, slot_index(masked_lm_positions))
         mlm_logits = self.cls.predictions(hidden[:, 1:])
         return mlm_output(mlm_logits, masked_lm_labels)
 

@@ -1,7 +1,7 @@
 """Cross-encoders: the sequence-classification heads with one logit, trained to rank.
 
-A reranker is BertForSequenceClassification (or ModernBertForSequenceClassification)
-with num_labels 1: the same modules under the same names, exported as that class, which
+A reranker is BertForSequenceClassification (or ModernBertForSequenceClassification,
+RobertaForSequenceClassification, XLMRobertaForSequenceClassification) with num_labels 1: the same modules under the same names, exported as that class, which
 transformers' AutoModelForSequenceClassification and sentence-transformers' CrossEncoder
 load. Only the loss differs from the regression head's MSE:
   bce       labelled pairs: input_ids (B, T), labels (B,) in [0, 1]: binary cross-entropy
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from bertmodel.model.heads import BertForSequenceClassification, at_least_fp32
 from bertmodel.model.modernbert_heads import ModernBertForSequenceClassification
+from bertmodel.model.roberta_heads import RobertaForSequenceClassification, xlm_variant
 
 
 class RerankOutput(NamedTuple):
@@ -79,4 +80,9 @@ class ModernBertForReranking(_Reranking, ModernBertForSequenceClassification):
     hf_architecture = "ModernBertForSequenceClassification"
 
 
-RERANKERS = {"bert": BertForReranking, "modernbert": ModernBertForReranking}
+class RobertaForReranking(_Reranking, RobertaForSequenceClassification):
+    hf_architecture = "RobertaForSequenceClassification"
+
+
+RERANKERS = {"bert": BertForReranking, "modernbert": ModernBertForReranking, "roberta": RobertaForReranking,
+             "xlm-roberta": xlm_variant(RobertaForReranking)}

@@ -119,7 +119,10 @@ PACKED_ON_CPU = ("BertForSequenceClassification", "BertForTokenClassification", 
                  "ModernBertForSequenceClassification", "ModernBertForTokenClassification",
                  "ModernBertForMultipleChoice",
                  # ELECTRA's discriminator is the BERT encoder: the same kernels, the same trade
-                 "ElectraForSequenceClassification", "ElectraForTokenClassification", "ElectraForMultipleChoice")
+                 "ElectraForSequenceClassification", "ElectraForTokenClassification", "ElectraForMultipleChoice",
+                 # and so is RoBERTa's (XLM-R's under its own names)
+                 *(f"{prefix}{head}" for prefix in ("Roberta", "XLMRoberta")
+                   for head in ("ForSequenceClassification", "ForTokenClassification", "ForMultipleChoice")))
 
 
 def resolve(mode: str, device: torch.device, model: torch.nn.Module | None = None) -> str | None:

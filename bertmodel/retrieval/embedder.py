@@ -108,10 +108,11 @@ def embedding_settings(pre, directory: Path) -> dict:
 def check_embeds(path, task: dict, architecture: str | None) -> None:
     """Refuse a run of ours fine-tuned for another task (`task`: its task record): its
     encoder was trained for that task's head, not for vectors."""
-    if task.get("name") not in ENCODER_TASKS and architecture not in ("BertModel", "ModernBertModel"):
+    if task.get("name") not in ENCODER_TASKS and architecture not in ("BertModel", "ModernBertModel", "RobertaModel",
+                                                                       "XLMRobertaModel"):
         raise BertmodelError(f"{path}: a {task.get('name')} run ({architecture}), not an embedding model; texts are "
                              "embedded by embed runs, pre-training runs, sentence-transformers directories and "
-                             "transformers BERT, ModernBERT and ELECTRA encoder directories")
+                             "transformers BERT, ModernBERT, RoBERTa, XLM-R and ELECTRA encoder directories")
 
 
 def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_length: int | None = None,
@@ -127,8 +128,8 @@ def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_l
     check_embeds(path, pre.head, pre.architecture)
     model_type = pre.config.model_type
     if model_type not in ENCODER_READERS:
-        raise BertmodelError(f"{path}: a {model_type} model; embeddings are read from BERT, ModernBERT and ELECTRA "
-                             "encoders")
+        raise BertmodelError(f"{path}: a {model_type} model; embeddings are read from BERT, ModernBERT, RoBERTa, XLM-R "
+                             "and ELECTRA encoders")
     if pre.tokenizer is None:
         raise BertmodelError(f"{path}: no tokenizer files (vocab.txt or tokenizer.json) stored with it")
     settings = embedding_settings(pre, Path(pre.source))
@@ -136,7 +137,7 @@ def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_l
         if value is not None:
             settings[name] = value
     for name in ("max_passage_length", "max_query_length"):
-        settings[name] = min(int(settings[name]), pre.config.max_position_embeddings)
+        settings[name] = min(int(settings[name]), pre.config.max_sequence_length)
     model = ENCODER_READERS[model_type](pre.config, pooling=settings["pooling"], normalize=settings["normalize"])
     load_into(model, pre)
     dev = torch.device(parallel.resolve_device(device))

@@ -160,7 +160,7 @@ class MultipleChoiceTask(FinetuningTask):
         data = ChoiceSet(self.encode(examples), self.pad, self.multiple)
         if warn is not None and data.encoded.truncated:
             warn(truncation_warning(len(examples), "example", data.encoded.fit_note(), self.cfg.max_seq_length,
-                                    self.pre.config.max_position_embeddings))
+                                    self.pre.config.max_sequence_length))
         return records(examples, self.predict(model, data, d.device, contextlib.nullcontext(),
                                               self.cfg.eval_batch_size))
 

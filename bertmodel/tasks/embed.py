@@ -132,15 +132,15 @@ class EmbedTask(FinetuningTask):
     def __init__(self, cfg, d, log, evaluation_only: bool = False):
         super().__init__(cfg, d, log)
         if self.pre.config.model_type not in BI_ENCODERS:
-            raise BertmodelError(f"{cfg.model}: a {self.pre.config.model_type} model; embed trains BERT and "
-                                 "ModernBERT encoders")
+            raise BertmodelError(f"{cfg.model}: a {self.pre.config.model_type} model; embed trains BERT, "
+                                 "ModernBERT and RoBERTa encoders")
         self.model_class = BI_ENCODERS[self.pre.config.model_type]
         self.architecture = self.model_class.hf_architecture
         self.settings = self._settings()
         for name in ("max_query_length", "max_passage_length"):
-            if self.settings[name] > self.pre.config.max_position_embeddings:
+            if self.settings[name] > self.pre.config.max_sequence_length:
                 raise BertmodelError(f"--{name.replace('_', '-')} {self.settings[name]} is longer than {cfg.model}'s "
-                                     f"{self.pre.config.max_position_embeddings} positions")
+                                     f"{self.pre.config.max_sequence_length} positions")
         if cfg.matryoshka_dims and max(cfg.matryoshka_dims) > self.pre.config.hidden_size:
             raise BertmodelError(f"--matryoshka-dims {max(cfg.matryoshka_dims)} is wider than {cfg.model}'s "
                                  f"{self.pre.config.hidden_size}-dimensional embeddings")

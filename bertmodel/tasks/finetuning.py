@@ -64,9 +64,9 @@ def split_identity(cfg, which: str, read: str | None = None) -> dict | None:
 
 
 def check_length(max_seq_length: int, config: BertConfig, source) -> None:
-    if max_seq_length > config.max_position_embeddings:
+    if max_seq_length > config.max_sequence_length:
         raise BertmodelError(f"--max-seq-length {max_seq_length} is longer than {source}'s "
-                             f"{config.max_position_embeddings} positions")
+                             f"{config.max_sequence_length} positions")
 
 
 def start_from(model_cls, pre: Pretrained, log, init: str = "pretrained", labels: list[str] | None = None,
@@ -136,7 +136,7 @@ class FinetuningTask:
         if pooling is not None:
             if self.pre.config.architecture != "modernbert":
                 raise BertmodelError(f"--classifier-pooling is for the modernbert architecture; {cfg.model} is "
-                                     f"{self.pre.config.architecture} (BERT reads the pooled [CLS])")
+                                     f"{self.pre.config.architecture} (which reads its first token)")
             self.pre = dataclasses.replace(self.pre, config=dataclasses.replace(self.pre.config,
                                                                                 classifier_pooling=pooling))
         self.model_class = head_class(self.pre.config, self.head_kind)
@@ -144,6 +144,10 @@ class FinetuningTask:
         check_length(cfg.max_seq_length, self.pre.config, cfg.model)
         self.tok = tokenizer_path(self.tokenizer)
         self.pad, self.multiple = self.tokenizer.special_ids.get("pad", 0), pad_multiple(d.device)
+        if self.pre.config.architecture == "roberta" and self.pad != self.pre.config.pad_token_id:
+            # RoBERTa tells padding by its id (positions count the other tokens): another id would be read as text
+            raise BertmodelError(f"{cfg.model}: the model's padding id is {self.pre.config.pad_token_id} but the "
+                                 f"tokenizer pads with {self.pad}; pass the model's own tokenizer")
 
 
 LOWER_IS_BETTER = ("loss", "mse")

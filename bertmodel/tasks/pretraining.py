@@ -8,7 +8,8 @@ the model (a preset, --init-from any BERT, or a checkpoint to
 resume), MLM/pair statistics, the FLOP count of a (B, T, P) batch, held-out MLM/pair
 accuracy (always on the held-out shards' own static masks, so recipes compare alike),
 and the transformers class the run exports as (BertForPreTraining, or BertForMaskedLM
-for MLM alone).
+for MLM alone; ModernBertForMaskedLM, RobertaForMaskedLM: those architectures have no
+pair head).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import dataclasses
 import torch
 
 from bertmodel.training import parallel
-from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict, preset_config
+from bertmodel.model.config import CONFIGS, BertConfig, ModernBertConfig, config_from_dict, preset_config
 from bertmodel.data import ShardDataset, eval_batches
 from bertmodel.data.recipes import (DEFAULT_OBJECTIVE, PAIRING_WORDS, DynamicMasking, default_max_predictions,
                                     masking_vocabulary, objective_for, pairing_of_dir)
@@ -72,14 +73,21 @@ class PretrainingTask:
         if cfg.rope_theta is not None and kind != "modernbert":
             raise BertmodelError(f"--rope-theta sets ModernBERT's rotary bases; {cfg.init_from} is a {kind} model "
                                  "with learned absolute positions")
-        if kind == "modernbert":
+        if not CONFIGS[kind].has_pair_head:
             # MLM alone, from any shards: a pair row is read as one sequence (its segment
-            # ids ignored: the architecture has no segment embeddings).
+            # ids ignored: ModernBERT has no segment embeddings, RoBERTa one type).
             self.objective = objective_for(cfg.objective or "mlm", self.shards.dirs)
+            pairs = {pairing_of_dir(d) for d in self.shards.dirs} - {"none"}
+            if pairs and cfg.objective is None:
+                held = " and ".join(PAIRING_WORDS[k] for k in sorted(pairs))
+                log(f"the shards hold {held}; the {kind} architecture has no pair head: MLM alone, each pair read "
+                    "as one sequence")
         else:
             self.objective = objective_for(cfg.objective, self.shards.dirs)
-        # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then)
-        self.model_class = head_class(kind, "mlm" if self.objective in ("mlm", "rtd") else "pretraining")
+        # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then).
+        # An XLM-R starting model keeps its class names (model_type "xlm-roberta").
+        heads_of = self.init.config if self.init is not None and kind == "roberta" else kind
+        self.model_class = head_class(heads_of, "mlm" if self.objective in ("mlm", "rtd") else "pretraining")
         self.architecture = self.model_class.hf_architecture
         self.mask_rates = cfg.mask_rates()
         self.train_set = self.shards if cfg.masking == "static" else self._dynamic(self.shards)
@@ -147,9 +155,9 @@ class PretrainingTask:
     # -- the model -------------------------------------------------------------------
     def _check_positions(self, config: BertConfig) -> None:
         for data in (self.shards, self.eval_data):
-            if data is not None and data.max_seq_length > config.max_position_embeddings:
+            if data is not None and data.max_seq_length > config.max_sequence_length:
                 raise BertmodelError(f"shards hold sequences of {data.max_seq_length} tokens but the model has "
-                                     f"{config.max_position_embeddings} positions")
+                                     f"{config.max_sequence_length} positions")
 
     def _wanted_config(self) -> BertConfig | ModernBertConfig:
         return self.cfg.model_config(self.tokenizer)
@@ -269,7 +277,7 @@ class PretrainingTask:
             if on_batch is not None:
                 on_batch(0, total)
             for arrays in eval_batches(self.eval_data, self.cfg.batch_size, d.rank, d.world, self.cfg.eval_batches,
-                                       model.config.max_position_embeddings):
+                                       model.config.max_sequence_length):
                 score({k: torch.from_numpy(v).to(d.device) for k, v in arrays.items()})
                 done += 1
                 if on_batch is not None:

@@ -302,10 +302,10 @@ class RerankTask(FinetuningTask):
 
 
 def reranker_class(config, source) -> type:
-    """The reranking head on the model type of `config` (BERT or ModernBERT)."""
+    """The reranking head on the model type of `config` (BERT, ModernBERT, RoBERTa or XLM-R)."""
     model_type = getattr(config, "model_type", config.architecture)
     if model_type not in RERANKERS:
-        raise BertmodelError(f"{source}: rerank fine-tunes BERT and ModernBERT models, not {model_type}")
+        raise BertmodelError(f"{source}: rerank fine-tunes BERT, ModernBERT and RoBERTa models, not {model_type}")
     return RERANKERS[model_type]
 
 

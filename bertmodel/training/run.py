@@ -206,7 +206,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     # cursor after step s is its cumulative sum, and a resume is a seek as without one.
     batches = task.batch_schedule() if hasattr(task, "batch_schedule") else None
     loader = BatchLoader(task.train_set, order, cfg.batch_size, cursor, d.rank, d.world, d.device,
-                         max_len=config.max_position_embeddings, step=step, grad_accum=cfg.grad_accum,
+                         max_len=config.max_sequence_length, step=step, grad_accum=cfg.grad_accum,
                          batch_sizes=batches)
     # A fresh start (step 0) also drops what a run killed before its first checkpoint wrote.
     writer = _metrics_writer(cfg, run, step) if d.is_main else None
