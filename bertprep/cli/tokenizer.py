@@ -126,10 +126,14 @@ def _alphabet_line(report) -> str:
 
 @click.command("encode")
 @click.option("--tokenizer", "tokenizer_path", required=True, metavar="TOK", type=click.Path(),
-              help="A TOKDIR, a tokenizer.json or a bare vocab.txt (e.g. Google's).")
+              help="A TOKDIR, a tokenizer.json, a bare vocab.txt (e.g. Google's), or a released model's "
+                   "tokenizer directory (byte-level BPE, SentencePiece).")
 @click.argument("texts", metavar="[TEXT]...", nargs=-1)
 @click.option("--ids", is_flag=True, help="Print token ids instead of tokens.")
-@click.option("--special", is_flag=True, help="Add [CLS] and [SEP] around each input.")
+@click.option("--special", is_flag=True,
+              help="Add the tokenizer's special tokens around each input ([CLS] A [SEP]; <s> A </s>).")
+@click.option("--pair", is_flag=True,
+              help="Each input is two texts separated by a tab, encoded as a pair (A and B).")
 @click.option("--lowercase/--cased", default=None,
               help="Override the tokenizer's casing [default: from the files; for a bare vocab.txt, "
                    "uncased unless a token has upper-case letters].")
@@ -137,7 +141,7 @@ def _alphabet_line(report) -> str:
               help="Override the tokenizer's accent stripping [default: from the files; for a bare vocab.txt, "
                    "stripped when uncased, as Google's tokenizer].")
 @user_errors
-def encode_command(tokenizer_path, texts, ids, special, lowercase, strip_accents):
+def encode_command(tokenizer_path, texts, ids, special, pair, lowercase, strip_accents):
     """Tokenize each TEXT (or each line of stdin when no TEXT is given) and print the
     tokens, space-separated, one line per input.
 
@@ -145,6 +149,7 @@ def encode_command(tokenizer_path, texts, ids, special, lowercase, strip_accents
     Example:
       bertprep encode --tokenizer tok/ "Hello, world!"
       cat corpus.txt | bertprep encode --tokenizer vocab.txt --ids
+      printf 'A text\tits pair\n' | bertprep encode --tokenizer roberta-base/ --ids --special --pair
     """
     tok = load_tokenizer(tokenizer_path, lowercase=lowercase, strip_accents=strip_accents)
     if texts:
@@ -155,6 +160,8 @@ def encode_command(tokenizer_path, texts, ids, special, lowercase, strip_accents
     replaced = _Replaced()
     lines = (replaced.clean(number, text) for number, text in enumerate(raw, 1))
     while batch := list(itertools.islice(lines, ENCODE_BATCH_LINES)):
+        if pair:
+            batch = [tuple(text.split("\t", 1)) if "\t" in text else (text, "") for text in batch]
         for encoding in tok.tokenizer.encode_batch(batch, add_special_tokens=special):
             click.echo(" ".join(map(str, encoding.ids)) if ids else " ".join(encoding.tokens))
     if replaced.count:

@@ -1,0 +1,180 @@
+"""Released tokenizers (byte-level BPE, SentencePiece Unigram) read by bertprep encode
+exactly as transformers' own tokenizer on the same files: ids, single and pair templates,
+type ids and offsets, on every line of the shared English corpora and the Korean NSMC
+file, and `bertprep encode --ids --special` prints the same ids.
+
+The references are independent of our loader: `AutoTokenizer.from_pretrained(DIR)` for
+roberta-base (its config.json says RobertaTokenizer) and ModernBERT-base,
+`DebertaV2Tokenizer.from_pretrained(DIR)` for deberta-v3-base (no config.json is kept
+beside its spm.model, so AutoTokenizer cannot tell the class; transformers converts the
+SentencePiece model itself)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bertprep.errors import BertprepError
+from bertprep.tokenizer import ReleasedTokenizer, load_tokenizer
+from shared_data import SHARED_DATA
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece", reason="deberta-v3-base's spm.model needs the sentencepiece extra")
+
+TOKENIZERS = SHARED_DATA / "tokenizers"
+ENGLISH = [SHARED_DATA / "google_sample_text.txt", SHARED_DATA / "wikitext-2-raw-train-head.txt",
+           *sorted((SHARED_DATA / "enwiki_wikiextractor").glob("wiki_*"))]
+KOREAN = SHARED_DATA / "korean" / "nsmc-a.tsv"
+FAMILIES = ["roberta-base", "modernbert-base", "deberta-v3-base"]
+EXPECTED_SPECIALS = {  # SOURCES.md of the tokenizer files
+    "roberta-base": dict(cls=0, pad=1, sep=2, unk=3, mask=50264),
+    "modernbert-base": dict(cls=50281, sep=50282, pad=50283, unk=50280, mask=50284),
+    "deberta-v3-base": dict(pad=0, cls=1, sep=2, unk=3, mask=128000),
+}
+
+if not TOKENIZERS.is_dir():
+    pytest.skip(f"shared tokenizer files not found at {TOKENIZERS}", allow_module_level=True)
+
+
+def reference(family: str):
+    directory = TOKENIZERS / family
+    if family == "deberta-v3-base":
+        return transformers.DebertaV2Tokenizer.from_pretrained(directory)
+    return transformers.AutoTokenizer.from_pretrained(directory)
+
+
+def corpus_lines() -> list[str]:
+    lines = []
+    for path in ENGLISH:
+        lines += path.read_text(encoding="utf-8").split("\n")
+    lines += KOREAN.read_text(encoding="utf-8").split("\n")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def lines():
+    missing = [p for p in (*ENGLISH, KOREAN) if not p.is_file()]
+    if missing:
+        pytest.skip(f"shared corpus not found: {missing[0]}")
+    return corpus_lines()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_special_ids_come_from_the_files(family):
+    tok = load_tokenizer(TOKENIZERS / family)
+    assert isinstance(tok, ReleasedTokenizer)
+    assert tok.special.as_dict() == EXPECTED_SPECIALS[family]
+    theirs = reference(family)
+    assert (tok.special.cls, tok.special.sep, tok.special.pad, tok.special.mask) == (
+        theirs.cls_token_id, theirs.sep_token_id, theirs.pad_token_id, theirs.mask_token_id)
+    ordinary = set(tok.ordinary_ids().tolist())
+    assert not ordinary & set(theirs.all_special_ids)
+    assert len(ordinary) == len([t for t in tok.vocab if t is not None]) - len(
+        {i for i, added in tok.tokenizer.get_added_tokens_decoder().items() if added.special}
+        | set(theirs.all_special_ids))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ids_templates_and_offsets_equal_transformers_on_every_line(family, lines):
+    tok = load_tokenizer(TOKENIZERS / family)
+    theirs = reference(family)
+    singles = theirs(lines, return_offsets_mapping=True, return_token_type_ids=True)
+    ours = tok.tokenizer.encode_batch(lines)
+    differences = [i for i, encoding in enumerate(ours)
+                   if (encoding.ids, encoding.offsets, encoding.type_ids) != (
+                       singles["input_ids"][i], [tuple(o) for o in singles["offset_mapping"][i]],
+                       singles["token_type_ids"][i])]
+    assert len(lines) > 36_000
+    assert differences == [], f"{len(differences)} of {len(lines)} lines differ, first {lines[differences[0]]!r}"
+
+    firsts, seconds = lines[:-1], lines[1:]  # each line with the next: the pair template
+    pairs = theirs(firsts, seconds, return_offsets_mapping=True, return_token_type_ids=True)
+    ours = tok.tokenizer.encode_batch(list(zip(firsts, seconds)))
+    differences = [i for i, encoding in enumerate(ours)
+                   if (encoding.ids, encoding.offsets, encoding.type_ids) != (
+                       pairs["input_ids"][i], [tuple(o) for o in pairs["offset_mapping"][i]],
+                       pairs["token_type_ids"][i])]
+    assert differences == [], f"{len(differences)} pairs differ, first at line {differences[0]}"
+    template = tok.template
+    assert ours[0].ids[:len(template.prefix)] == list(template.prefix)
+
+
+def test_roberta_pair_template_is_its_own(lines):
+    tok = load_tokenizer(TOKENIZERS / "roberta-base")
+    assert tok.template.pair_ids([10], [20]) == [0, 10, 2, 2, 20, 2]
+    assert tok.template.one_type and tok.template.pair_specials == 4
+    deberta = load_tokenizer(TOKENIZERS / "deberta-v3-base")
+    assert deberta.template.pair_ids([10], [20]) == [1, 10, 2, 20, 2]
+    assert deberta.template.pair_type_ids(1, 1).tolist() == [0, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_encode_command_prints_transformers_ids(family, tmp_path):
+    """`bertprep encode --ids --special` (one text per line) and `--pair` (A tab B)
+    against transformers, on the sample text and a slice of NSMC (Hangul, emoticons)."""
+    texts = [line for line in (SHARED_DATA / "google_sample_text.txt").read_text(encoding="utf-8").split("\n")]
+    texts += KOREAN.read_text(encoding="utf-8").split("\n")[1:200]
+    texts = [t.replace("\t", " ") for t in texts]
+    theirs = reference(family)
+    run = subprocess.run([sys.executable, "-m", "bertprep", "encode", "--tokenizer", str(TOKENIZERS / family),
+                          "--ids", "--special"], input="\n".join(texts) + "\n", capture_output=True, text=True,
+                         check=True)
+    printed = [[int(i) for i in line.split()] for line in run.stdout.splitlines()]
+    assert printed == theirs(texts)["input_ids"]
+    pairs = [f"{a}\t{b}" for a, b in zip(texts[:-1], texts[1:])]
+    run = subprocess.run([sys.executable, "-m", "bertprep", "encode", "--tokenizer", str(TOKENIZERS / family),
+                          "--ids", "--special", "--pair"], input="\n".join(pairs) + "\n", capture_output=True,
+                         text=True, check=True)
+    printed = [[int(i) for i in line.split()] for line in run.stdout.splitlines()]
+    assert printed == theirs(texts[:-1], texts[1:])["input_ids"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_saved_copy_loads_in_transformers_with_equal_ids_and_the_same_fingerprint(family, tmp_path, lines):
+    tok = load_tokenizer(TOKENIZERS / family)
+    tok.save(tmp_path / "copy")
+    again = load_tokenizer(tmp_path / "copy")
+    assert again.fingerprint() == tok.fingerprint() and again.special == tok.special
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "copy")  # no config.json beside it
+    sample = lines[:3000]
+    assert auto(sample)["input_ids"] == [e.ids for e in tok.tokenizer.encode_batch(sample)]
+    assert auto.mask_token_id == tok.special.mask
+
+
+def test_pre_split_words_follow_transformers_add_prefix_space_recipe():
+    """`encode_words`: RoBERTa's NER recipe, `add_prefix_space=True` with
+    `is_split_into_words=True`: every word carries its leading space (Ġ)."""
+    tok = load_tokenizer(TOKENIZERS / "roberta-base")
+    theirs = transformers.AutoTokenizer.from_pretrained(TOKENIZERS / "roberta-base", add_prefix_space=True)
+    words = "EU rejects German call to boycott British lamb .".split()
+    expected = theirs(words, is_split_into_words=True)
+    ours = tok.encode_words(words)
+    assert ours.ids == expected["input_ids"] and ours.word_ids == expected.word_ids()
+    assert ours.tokens[1] == "ĠEU"
+
+
+def test_released_tokenizer_errors_are_one_line(tmp_path):
+    source = json.loads((TOKENIZERS / "modernbert-base" / "tokenizer.json").read_text(encoding="utf-8"))
+    source["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(source), encoding="utf-8")
+    with pytest.raises(BertprepError) as excinfo:
+        load_tokenizer(tmp_path)
+    assert str(excinfo.value) == (f"{tmp_path / 'tokenizer.json'}: the post-processor puts no special token "
+                                  f"between A and B; a pair needs a separator (a tokenizer.json with a BERT- or "
+                                  f"RoBERTa-style template)")
+    with pytest.raises(BertprepError, match="lowercase applies to WordPiece tokenizers only"):
+        load_tokenizer(TOKENIZERS / "roberta-base", lowercase=True)
+
+
+def test_no_mask_token_is_reported_when_masking_needs_it(tmp_path):
+    source = json.loads((TOKENIZERS / "roberta-base" / "tokenizer.json").read_text(encoding="utf-8"))
+    source["added_tokens"] = [t for t in source["added_tokens"] if t["content"] != "<mask>"]
+    del source["model"]["vocab"]["<mask>"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(source), encoding="utf-8")
+    tok = load_tokenizer(tmp_path)
+    assert tok.special.mask is None
+    with pytest.raises(BertprepError) as excinfo:
+        tok.require_mask(str(tmp_path))
+    assert str(excinfo.value).startswith(f"{tmp_path}: the tokenizer has no mask token")
