@@ -1,8 +1,9 @@
 """Token classification (named-entity recognition, POS tagging): a label per word from
-its first WordPiece (transformers' BertForTokenClassification).
+its first token (transformers' BertForTokenClassification and its twins), with any
+tokenizer (WordPiece, byte-level BPE, SentencePiece).
 
 Reading (CoNLL text or tag-list tables, IOB1/BIOES -> IOB2): data/tagged.py; words to
-WordPiece windows, labels on first pieces: data/word_windows.py; the entity metric as
+token windows, labels on first pieces: data/word_windows.py; the entity metric as
 CoNLL's conlleval computes it: metrics/entities.py. Each evaluation predicts every word of
 the validation set and reports entity precision, recall and F1 (overall and per type)
 and token accuracy; plain tags (no B-/I- entities) report token accuracy alone.
@@ -19,7 +20,8 @@ import numpy as np
 import torch
 
 from bertmodel.data.tagged import TaggedSentences, read_tagged
-from bertmodel.data.word_windows import IGNORE_INDEX, WordWindows, encode_words
+from bertmodel.data.classification import as_tokenizer
+from bertmodel.data.word_windows import IGNORE_INDEX, WordWindows, windows_of_pieces, word_pieces
 from bertmodel.errors import BertmodelError
 from bertmodel.metrics.entities import entity_metrics, to_iob2
 from bertmodel.model import HeadModel
@@ -151,6 +153,7 @@ class TokenClassificationTask(FinetuningTask):
                 raise BertmodelError(f"{train.source}: every word has the tag {tag_set.tags[0]!r}; there is nothing "
                                      "to learn")
         self.tags = tag_set
+        self.loaded = as_tokenizer(self.tok)  # loaded once: a SentencePiece model takes seconds to convert
         if train is not None:
             self.train_set = WindowSet(self._windows(train), self.pad, self.multiple)
         # Integer tags without names of their own are ids of this tag set (a trained model's).
@@ -179,8 +182,8 @@ class TokenClassificationTask(FinetuningTask):
                                        self.metric_names())
 
     def _windows(self, data: TaggedSentences) -> WordWindows:
-        return encode_words(self.tok, data.words, self.cfg.max_seq_length, data.tags, self.tags.ids,
-                            self.cfg.label_all_tokens)
+        return windows_of_pieces(self.loaded, word_pieces(self.loaded, data.words), self.cfg.max_seq_length,
+                                 data.tags, self.tags.ids, self.cfg.label_all_tokens)
 
     def metric_names(self) -> list[str]:
         """The eval_* metrics each evaluation reports (without the prefix); per entity type
@@ -230,8 +233,9 @@ class TokenClassificationTask(FinetuningTask):
             out_rows.extend(logits[i, :lengths[row]] for i, row in enumerate(rows))
         return out_rows
 
-    def word_logits(self, windows: WordWindows, logits: list[np.ndarray], sentences: list[list[str]]) -> list[np.ndarray]:
-        """Per sentence, (words, C) logits: each word's first piece, gathered from its window."""
+    def word_logits(self, windows: WordWindows, logits: list[np.ndarray], sentences: list) -> list[np.ndarray]:
+        """Per sentence (a list of its words, or of their pieces), (words, C) logits: each
+        word's first piece, gathered from its window."""
         out = [np.zeros((len(s), len(self.tags.tags)), np.float32) for s in sentences]
         for w, window_logits in enumerate(logits):
             words, rows = windows.word_predictions(w, window_logits)
@@ -242,18 +246,24 @@ class TokenClassificationTask(FinetuningTask):
                 on_batch=None, warn=None, what: str = "sentence") -> list[np.ndarray]:
         """Per sentence, the (words, C) logits of each word (from its first piece);
         `warn(message)` hears of sentences (`what`) cut into windows."""
-        windows = encode_words(self.tok, sentences, self.cfg.max_seq_length)
+        return self.predict_pieces(model, word_pieces(self.loaded, sentences), device, autocast, batch_size,
+                                   on_batch, warn, what)
+
+    def predict_pieces(self, model, pieces: list[list[np.ndarray]], device, autocast, batch_size: int,
+                       on_batch=None, warn=None, what: str = "sentence") -> list[np.ndarray]:
+        """`predict` for sentences given as each word's token ids."""
+        windows = windows_of_pieces(self.loaded, pieces, self.cfg.max_seq_length)
         if warn is not None:
             self._report_windows(windows, what, warn)
         data = WindowSet(windows, self.pad, self.multiple)
         return self.word_logits(windows, self.window_logits(model, data, device, autocast, batch_size, on_batch),
-                                sentences)
+                                pieces)
 
     def _report_windows(self, windows: WordWindows, what: str, warn) -> None:
         """Prediction reads a sentence longer than a window in windows cut at word
         boundaries, each word seeing only its own window (transformers' pipeline reads a
         whole text, up to the tokenizer's model_max_length): said, with the way round."""
-        positions, split = self.pre.config.max_position_embeddings, windows.split_sentences
+        positions, split = self.pre.config.max_sequence_length, windows.split_sentences
         if split:
             more = (f"--max-seq-length up to the model's {positions:,} positions reads more at once"
                     if windows.max_seq_length < positions else f"the model reads at most {positions:,} tokens at once")
@@ -319,18 +329,18 @@ class TokenClassificationTask(FinetuningTask):
     def predict_entities(self, model, texts: list[str], device, autocast=None, warn=None) -> list[list[dict]]:
         """The entities of each text with their characters and scores, as transformers'
         pipeline("token-classification", aggregation_strategy="first") gives them for a
-        text within --max-seq-length: each word labelled from its first piece, the
-        label's probability its score. A longer text is read in windows (`warn` hears)."""
+        text within --max-seq-length: the text tokenized whole, its tokens grouped into
+        words as the pipeline groups them (text_word_pieces), each word labelled from its
+        first token, the label's probability its score. A longer text is read in windows
+        (`warn` hears)."""
         import contextlib
 
-        from bertmodel.data.classification import as_tokenizer
-
-        tok = as_tokenizer(self.tok)
-        spans = [text_words(tok, text) for text in texts]
-        sentences = [[text[s:e] for s, e in words] for text, words in zip(texts, spans)]
-        present = [i for i, words in enumerate(sentences) if words]  # a blank text has no words
-        logits = self.predict(model, [sentences[i] for i in present], device, autocast or contextlib.nullcontext(),
-                              self.cfg.eval_batch_size, warn=warn, what="text")
+        read = [text_word_pieces(self.loaded, text) for text in texts]
+        spans = [words for words, _ in read]
+        present = [i for i, words in enumerate(spans) if words]  # a blank text has no words
+        logits = self.predict_pieces(model, [read[i][1] for i in present], device,
+                                     autocast or contextlib.nullcontext(), self.cfg.eval_batch_size, warn=warn,
+                                     what="text")
         out: list[list[dict]] = [[] for _ in texts]
         for i, word_logits in zip(present, logits):
             probs = torch.softmax(torch.from_numpy(word_logits).double(), -1).numpy()
@@ -388,16 +398,52 @@ def group_entities(words: list[tuple[int, int]], labels: list[str], scores: list
              "start": e["start"], "end": e["end"]} for e in entities if e["kind"] != "O"]
 
 
-def text_words(tok, text: str) -> list[tuple[int, int]]:
-    """The (start, end) characters of each word of `text` as the model's tokenizer splits
-    it: a word is a first piece and the "##" pieces after it (what transformers'
-    pipeline calls a word with aggregation_strategy="first")."""
+def text_word_pieces(tok, text: str) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+    """The words of `text` as transformers' token-classification pipeline reads them (the
+    text tokenized whole, as the pipeline's tokenizer does): each word's (start, end)
+    characters in `text` and its token ids. Which tokens start a word:
+
+    - WordPiece: the pre-tokenizer's words (`word_ids`: a first piece and its "##"
+      pieces, what the pipeline finds by comparing each token with its text);
+    - any other model with a continuing-subword prefix: the pipeline's test, a token
+      whose text is as long as the token;
+    - byte-level BPE and SentencePiece (no such prefix): the pipeline's fallback, a token
+      at the text's start or with a space just before or at its start; an unknown token
+      always starts a word.
+
+    A word's characters leave out the space its first token may carry (ModernBERT's Ġ and
+    SentencePiece's ▁ offsets include it; transformers' pipeline reports it) and reach
+    past the marks accent stripping deleted, so an entity is the user's whole word."""
     encoding = tok.tokenizer.encode(text, add_special_tokens=False)
-    words: list[list[int]] = []
-    for token, (start, end) in zip(encoding.tokens, encoding.offsets):
-        if token.startswith("##") and words:
-            words[-1][1] = end
+    prefix = getattr(tok.tokenizer.model, "continuing_subword_prefix", None)
+    words: list[list[int]] = []  # [start, end, first token, end token]
+    previous_word = None
+    for t, (token_id, token, (start, end), word, special) in enumerate(zip(
+            encoding.ids, encoding.tokens, encoding.offsets, encoding.word_ids, encoding.special_tokens_mask)):
+        if special:  # an added special token in the text: the pipeline skips it
+            continue
+        if tok.kind == "wordpiece":
+            starts = word != previous_word
+        elif prefix:
+            starts = len(token) == len(text[start:end])
         else:
-            words.append([start, end])
-    # Past the marks accent stripping deleted, so an entity is the user's whole word.
-    return [(s, span_end(text, e)) for s, e in words]
+            starts = start == 0 or " " in text[start - 1:start + 1] or token_id == tok.special.unk
+        previous_word = word
+        if starts or not words:
+            words.append([start, end, t, t + 1])
+        else:
+            words[-1][1], words[-1][3] = end, t + 1
+    ids = np.asarray(encoding.ids, np.int32)
+    spans = [(_skip_space(text, s, e), span_end(text, e)) for s, e, _, _ in words]
+    return spans, [ids[a:b] for _, _, a, b in words]
+
+
+def _skip_space(text: str, start: int, end: int) -> int:
+    while start < end and text[start].isspace():
+        start += 1
+    return start
+
+
+def text_words(tok, text: str) -> list[tuple[int, int]]:
+    """The (start, end) characters of each word of `text` (text_word_pieces)."""
+    return text_word_pieces(tok, text)[0]
