@@ -1,15 +1,20 @@
 """Encode labelled texts for sequence classification: ragged ids, segments and labels.
 
-Each example becomes `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token_type_ids 0
-for `[CLS]`, A and the first `[SEP]`, 1 for B and the last `[SEP]`, cut to
-`max_seq_length` the way transformers' tokenizers do (`truncation=True`, strategy
-"longest_first", implemented by the `tokenizers` library's `truncate_encodings`):
-with a budget M = max_seq_length - 3 for the pair and lengths a, b,
+Each example is wrapped in the tokenizer's own template, as transformers' tokenizer on
+the same files wraps it: BERT's `[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]` (type ids 0
+for `[CLS]`, A and the first `[SEP]`, 1 for B and the last `[SEP]`), RoBERTa's
+`<s> A </s></s> B </s>` and ModernBERT's `[CLS] A [SEP] B [SEP]` with one token type
+(bertprep's Template, read off the post-processor). It is cut to `max_seq_length` the
+way transformers' tokenizers do (`truncation=True`, strategy "longest_first",
+implemented by the `tokenizers` library's `truncate_encodings`): with a budget
+M = max_seq_length - the pair's special tokens (3 for BERT, 4 for RoBERTa) and lengths
+a, b,
 - a + b <= M: nothing is cut;
 - otherwise, with s = min(a, b): when s <= M - s only the longer is cut, to M - s;
   else both are cut, the shorter (or A on a tie) to M // 2 and the longer to
   M // 2 + M % 2.
-A single text is cut to max_seq_length - 2. The tokens removed are always at the end.
+A single text is cut to max_seq_length - its special tokens (2 for every family we read).
+The tokens removed are always at the end.
 
 Texts are encoded in bulk without special tokens (bertprep's `SentenceEncoder`:
 nanotoken when installed, checked against `tokenizers` on a sample of every call, or
@@ -26,10 +31,9 @@ import numpy as np
 
 from bertmodel.data.labels import LabelSpace
 from bertmodel.data.tables import LabelledTexts
+from bertmodel.data.tokenizer_info import loaded_tokenizer
 from bertmodel.errors import BertmodelError
-from bertprep.tokenizer import SentenceEncoder
-from bertprep.errors import BertprepError
-from bertprep.tokenizer import LoadedTokenizer, load_tokenizer
+from bertprep.tokenizer import LoadedTokenizer, SentenceEncoder, Template
 
 PAD_MULTIPLE = 8  # as the pre-training collate: few distinct shapes, tensor-core friendly
 
@@ -73,20 +77,18 @@ def truncation_warning(count: int, noun: str, fit_note: str, max_seq_length: int
 
 def as_tokenizer(tokenizer) -> LoadedTokenizer:
     """A LoadedTokenizer, or one loaded from a TOKDIR / tokenizer.json / vocab.txt /
-    RUN/hf directory."""
+    RUN/hf directory / released tokenizer directory (once per version of its files)."""
     if isinstance(tokenizer, LoadedTokenizer):
         return tokenizer
-    try:
-        return load_tokenizer(Path(tokenizer))
-    except BertprepError as exc:
-        raise BertmodelError(str(exc)) from None
+    return loaded_tokenizer(Path(tokenizer))
 
 
 def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None,
                  max_seq_length: int = 128, engine: str = "auto") -> EncodedExamples:
     """Encode texts (and text pairs) into flat rows; labels None."""
     tok = as_tokenizer(tokenizer)
-    special = 3 if pairs is not None else 2
+    template = tok.template
+    special = template.pair_specials if pairs is not None else template.single_specials
     if max_seq_length < special:
         raise BertmodelError(f"max_seq_length {max_seq_length} leaves no room for the "
                              f"{special} special tokens of {'a pair' if pairs is not None else 'a text'}")
@@ -97,17 +99,16 @@ def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None,
     engines = {first.engine}
     a_ids, a_len = first.ids, np.diff(first.offsets)
     if pairs is None:
-        keep_a = np.minimum(a_len, max_seq_length - 2)
+        keep_a = np.minimum(a_len, max_seq_length - special)
         b_ids, b_len, keep_b = None, None, None
     else:
         second = encoder.encode(list(pairs))
         engines.add(second.engine)
         b_ids, b_len = second.ids, np.diff(second.offsets)
-        keep_a, keep_b = longest_first(a_len, b_len, max_seq_length - 3)
+        keep_a, keep_b = longest_first(a_len, b_len, max_seq_length - special)
     input_ids, token_type_ids, offsets = _assemble(
         a_ids, first.offsets[:-1], keep_a,
-        None if b_ids is None else (b_ids, second.offsets[:-1], keep_b),
-        cls=tok.special.cls, sep=tok.special.sep)
+        None if b_ids is None else (b_ids, second.offsets[:-1], keep_b), template)
     truncated = int(np.count_nonzero(keep_a < a_len)) if pairs is None else int(
         np.count_nonzero((keep_a < a_len) | (keep_b < b_len)))
     # Both texts of a pair go through the same encoder; "tokenizers" wins when a sample
@@ -160,27 +161,40 @@ def _ragged_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
-def _assemble(a_ids, a_start, keep_a, pair, cls: int, sep: int):
-    """Flat `[CLS] A [SEP] (B [SEP])` rows from the kept prefix of each segment."""
+def _assemble(a_ids, a_start, keep_a, pair, template: Template):
+    """Flat `prefix A single_suffix` or `prefix A middle B suffix` rows (the template's
+    special tokens, e.g. `[CLS] A [SEP] B [SEP]`) from the kept prefix of each segment."""
     n = len(keep_a)
     keep_b = pair[2] if pair is not None else np.zeros(n, np.int64)
-    lengths = keep_a + keep_b + (3 if pair is not None else 2)
+    specials = template.pair_specials if pair is not None else template.single_specials
+    lengths = keep_a + keep_b + specials
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     row_start = offsets[:-1]
     input_ids = np.empty(int(offsets[-1]), np.int32)
     token_type_ids = np.zeros(int(offsets[-1]), np.int8)
-    input_ids[row_start] = cls
-    input_ids[_ragged_index(row_start + 1, keep_a)] = a_ids[_ragged_index(a_start, keep_a)]
-    input_ids[row_start + 1 + keep_a] = sep
-    if pair is not None:
-        b_ids, b_start, _ = pair
-        b_at = _ragged_index(row_start + 2 + keep_a, keep_b)
-        input_ids[b_at] = b_ids[_ragged_index(b_start, keep_b)]
-        input_ids[offsets[1:] - 1] = sep
-        token_type_ids[b_at] = 1
-        token_type_ids[offsets[1:] - 1] = 1
+    _place(input_ids, token_type_ids, row_start, template.prefix, template.prefix_types)
+    a_at = _ragged_index(row_start + len(template.prefix), keep_a)
+    input_ids[a_at] = a_ids[_ragged_index(a_start, keep_a)]
+    token_type_ids[a_at] = template.a_type
+    after_a = row_start + len(template.prefix) + keep_a
+    if pair is None:  # one text: every type id 0, as transformers' single template
+        _place(input_ids, token_type_ids, after_a, template.single_suffix, (0,) * len(template.single_suffix))
+        return input_ids, token_type_ids, offsets
+    b_ids, b_start, _ = pair
+    _place(input_ids, token_type_ids, after_a, template.middle, template.middle_types)
+    b_at = _ragged_index(after_a + len(template.middle), keep_b)
+    input_ids[b_at] = b_ids[_ragged_index(b_start, keep_b)]
+    token_type_ids[b_at] = template.b_type
+    _place(input_ids, token_type_ids, offsets[1:] - len(template.suffix), template.suffix, template.suffix_types)
     return input_ids, token_type_ids, offsets
+
+
+def _place(input_ids: np.ndarray, token_type_ids: np.ndarray, starts: np.ndarray, ids, types) -> None:
+    """Write the special tokens `ids` (type ids `types`) at `starts` of every row."""
+    for k, (token, type_id) in enumerate(zip(ids, types)):
+        input_ids[starts + k] = token
+        token_type_ids[starts + k] = type_id
 
 
 def pad_batch(encoded: EncodedExamples, rows, pad_id: int = 0,

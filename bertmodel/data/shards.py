@@ -18,10 +18,8 @@ fancy-index operations and no Python per row or per token.
 """
 from __future__ import annotations
 
-import json
-import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,130 +28,13 @@ import pyarrow as pa
 from bertmodel.errors import BertmodelError
 from bertprep.shards import schema
 
-from bertprep.storage import sha256_file  # noqa: E402
-from bertprep.tokenizer import TOKENIZER_FILES  # noqa: E402,F401  (one list of the files a tokenizer is)
-from bertprep.tokenizer import infer_lowercase, load_tokenizer, resolve_strip_accents
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+from bertprep.storage import sha256_file
+# The tokenizer a shard set, checkpoint or model directory holds (tokenizer_info.py);
+# re-exported: this is where the rest of bertmodel has always found them.
+from bertmodel.data.tokenizer_info import (TOKENIZER_FILES, TokenizerInfo, read_json, tokenizer_info,  # noqa: F401
+                                           tokenizer_path)
+
 LIST_COLUMNS = (schema.INPUT_IDS, schema.TOKEN_TYPE_IDS, schema.MASKED_LM_POSITIONS, schema.MASKED_LM_IDS)
-
-
-@dataclass
-class TokenizerInfo:
-    vocab_size: int
-    special_ids: dict[str, int]  # pad, unk, cls, sep, mask
-    fingerprint: str | None = None  # the manifest's, when it has one
-    vocab_sha256: str | None = None  # of vocab.txt, when there is one
-    lowercase: bool | None = None
-    strip_accents: bool | None = None  # None: follows lowercase (Google's convention)
-    files: dict[str, Path] = field(default_factory=dict)  # name -> path, for copying into RUN/hf
-
-    def same_as(self, other: "TokenizerInfo") -> str | None:
-        """None when the two are the same tokenizer, else what differs (one line)."""
-        if self.vocab_size != other.vocab_size:
-            return f"vocab size {self.vocab_size:,} vs {other.vocab_size:,}"
-        if self.fingerprint and other.fingerprint and self.fingerprint != other.fingerprint:
-            return f"tokenizer fingerprint {self.fingerprint[:12]} vs {other.fingerprint[:12]}"
-        if self.vocab_sha256 and other.vocab_sha256 and self.vocab_sha256 != other.vocab_sha256:
-            return "vocab.txt contents differ"
-        if self.lowercase is not None and other.lowercase is not None and self.lowercase != other.lowercase:
-            return f"lowercase {self.lowercase} vs {other.lowercase}"
-        if self.strips_accents is not None and other.strips_accents is not None \
-                and self.strips_accents != other.strips_accents:
-            return f"strip_accents {self.strips_accents} vs {other.strips_accents}"
-        return None
-
-    @property
-    def strips_accents(self) -> bool | None:
-        """Whether accents are stripped (strip_accents, else as lowercase; None: unknown)."""
-        return self.lowercase if self.strip_accents is None else self.strip_accents
-
-
-def read_json(path: Path, what: str) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BertmodelError(f"{path} is missing: {what}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BertmodelError(f"{path} is not valid JSON ({exc})") from None
-
-
-def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerInfo:
-    """The tokenizer of a shard, checkpoint or Hugging Face directory (or a bare vocab
-    file): from the manifest when it says, else from the vocab.txt stored there."""
-    directory = Path(directory)
-    tok = (manifest or {}).get("tokenizer") or {}
-    if directory.is_dir() and not (directory / "vocab.txt").is_file() and (directory / "tokenizer.json").is_file():
-        # A model directory saved by transformers 5 holds tokenizer.json and no vocab.txt.
-        directory = directory / "tokenizer.json"
-    if directory.is_file() and directory.suffix == ".json":
-        # A tokenizer.json: bertprep reads it (and refuses one that isn't); its files,
-        # written to a scratch folder, are what RUN/hf gets.
-        loaded = load_tokenizer(directory)
-        directory = Path(tempfile.mkdtemp(prefix="bertmodel-tokenizer-"))
-        loaded.save(directory)
-    if directory.is_file():  # a bare vocabulary file, whatever its name: used as vocab.txt
-        files = {"vocab.txt": directory}
-    else:
-        files = {n: directory / n for n in TOKENIZER_FILES if (directory / n).is_file()}
-    vocab = files.get("vocab.txt")
-    tokens = vocab.read_text(encoding="utf-8").splitlines() if vocab else None
-    if tokens is not None and not any(t.strip() for t in tokens):
-        raise BertmodelError(f"{vocab}: empty vocabulary")
-    vocab_size = tok.get("vocab_size") or (len(tokens) if tokens else None)
-    if vocab_size is None:
-        raise BertmodelError(f"{directory}: no tokenizer: the manifest names none and there is no "
-                             "vocab.txt (pass --tokenizer VOCAB)")
-    special = dict(tok.get("special_ids") or {})
-    if tokens and len(special) < len(SPECIAL_TOKENS):
-        index = {t: i for i, t in enumerate(tokens)}
-        for key, token in SPECIAL_TOKENS.items():
-            if key not in special and token in index:
-                special[key] = index[token]
-    if tokens is not None:
-        missing = [token for key, token in SPECIAL_TOKENS.items() if key not in special and key != "pad"]
-        if missing:
-            raise BertmodelError(f"{vocab}: vocabulary lacks {', '.join(missing)}")
-    special.setdefault("pad", 0)
-    lowercase, strip_accents = _casing(tok, files, tokens)
-    return TokenizerInfo(
-        vocab_size=int(vocab_size), special_ids={k: int(v) for k, v in special.items()},
-        fingerprint=tok.get("fingerprint"), vocab_sha256=sha256_file(vocab) if vocab else None,
-        lowercase=lowercase, strip_accents=strip_accents, files=files)
-
-
-def tokenizer_path(tok: TokenizerInfo) -> Path:
-    """A path bertprep's loader reads for this tokenizer (the directory when it holds
-    tokenizer_config.json, so lower-casing is read from it)."""
-    for name in ("tokenizer.json", "vocab.txt"):
-        if name in tok.files:
-            path = Path(tok.files[name])
-            return path.parent if "tokenizer_config.json" in tok.files else path
-    raise BertmodelError("the tokenizer has no vocab.txt or tokenizer.json")
-
-
-def _casing(tok: dict, files: dict[str, Path], tokens: list[str] | None) -> tuple[bool | None, bool | None]:
-    """(lowercase, strip_accents): the manifest's, else tokenizer_config.json's, else as
-    bertprep's loader reads these files (a bare vocab.txt is uncased when no token has an
-    upper-case letter, and strips accents exactly when uncased, as Google's tokenizer), so
-    an export and fill-mask normalise exactly as training did."""
-    lowercase, strip = tok.get("lowercase"), tok.get("strip_accents")
-    if "tokenizer_config.json" in files:
-        config = read_json(files["tokenizer_config.json"], "")
-        if lowercase is None:
-            lowercase = config.get("do_lower_case")
-        if strip is None and isinstance(config.get("strip_accents"), bool):
-            strip = config["strip_accents"]
-    if lowercase is not None and strip is not None:
-        return lowercase, strip
-    if "tokenizer.json" in files:
-        loaded = load_tokenizer(files["tokenizer.json"])
-        file_lowercase, file_strip = loaded.lowercase, loaded.strip_accents
-    elif tokens is not None:
-        file_lowercase, file_strip = infer_lowercase(tokens), None
-    else:
-        return lowercase, strip
-    return (file_lowercase if lowercase is None else lowercase,
-            resolve_strip_accents(file_lowercase, file_strip, lowercase, strip))
 
 
 class ShardFile:

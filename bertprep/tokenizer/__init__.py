@@ -8,7 +8,7 @@ from bertprep.tokenizer.encoding import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer.files import (LoadedTokenizer, SPECIAL_TOKENS, SpecialIds, TOKENIZER_FILES, build_tokenizer,
                                       infer_lowercase, resolve_strip_accents, span_end)
 from bertprep.tokenizer.load import load_tokenizer
-from bertprep.tokenizer.released import RELEASED_FILES, ReleasedTokenizer
+from bertprep.tokenizer.released import RELEASED_FILES, ReleasedTokenizer, is_released_tokenizer
 from bertprep.tokenizer.templates import Template
 from bertprep.tokenizer.guards import LongWords, UNCASED_GROWTH, WORD_BOUNDARIES
 from bertprep.tokenizer.scripts import Normalisation, choose_normalisation, script_of
@@ -16,5 +16,5 @@ from bertprep.tokenizer.training import TokenizerTrainingConfig, train_tokenizer
 
 __all__ = ["LoadedTokenizer", "LongWords", "Normalisation", "RELEASED_FILES", "ReleasedTokenizer", "SPECIAL_TOKENS", "SentenceEncoder", "SpecialIds",
            "TOKENIZER_FILES", "Template", "TokenizerTrainingConfig", "UNCASED_GROWTH", "WORD_BOUNDARIES", "build_tokenizer",
-           "choose_normalisation", "infer_lowercase", "load_tokenizer", "nanotoken_available",
+           "choose_normalisation", "infer_lowercase", "is_released_tokenizer", "load_tokenizer", "nanotoken_available",
            "resolve_strip_accents", "script_of", "span_end", "train_tokenizer"]
