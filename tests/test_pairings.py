@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from bertprep.instances import build_full_rows, document_starts, pack_full_sentences
 from bertprep.instances import PairConfig, TokenizedPartition, build_sop_pairs
 from bertprep.instances import MaskingConfig, Vocabulary, apply_masking
+from bertprep.tokenizer.templates import bert_template
 from shared_data import SHARED_DATA
 
 CLS, SEP, MASK = 101, 102, 103
+BERT = bert_template(CLS, SEP)
 VOCAB_SIZE = 1000
 
 
@@ -71,7 +73,7 @@ def test_sop_swaps_half_of_the_pairs():
 def test_full_sentences_rows_fit_and_lose_no_sentence(part, max_seq):
     descriptors = pack_full_sentences(part, max_seq)
     starts = document_starts(part)
-    rows = build_full_rows(part.ids, descriptors, starts, CLS, SEP, np.uint16)
+    rows = build_full_rows(part.ids, descriptors, starts, BERT, SEP, np.uint16)
     lengths = rows.lengths
     assert (lengths <= max_seq).all()
     # Every corpus token appears once, in order, and only specials are added.
@@ -98,7 +100,7 @@ def test_full_sentences_rows_fit_and_lose_no_sentence(part, max_seq):
 
 def test_full_sentences_masking_never_picks_a_separator():
     part = make_partition([[5, 7, 3], [4, 9], [6], [8, 8, 8]])
-    rows = build_full_rows(part.ids, pack_full_sentences(part, 32), document_starts(part), CLS, SEP, np.uint16)
+    rows = build_full_rows(part.ids, pack_full_sentences(part, 32), document_starts(part), BERT, SEP, np.uint16)
     vocab = Vocabulary(MASK, VOCAB_SIZE, np.arange(200, VOCAB_SIZE, dtype=np.int32))
     original = rows.input_ids.copy()
     masked = apply_masking(rows, MaskingConfig(20, 0.5), vocab, np.random.default_rng(1))

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from bertprep.instances import PairConfig, TokenizedPartition, build_pairs, truncated_lengths
 from bertprep.instances import MaskingConfig, Vocabulary, apply_masking, num_to_predict
 from bertprep.instances import build_rows, ragged_arange
+from bertprep.tokenizer.templates import bert_template
 
 CLS, SEP, MASK = 101, 102, 103
+BERT = bert_template(CLS, SEP)
 VOCAB_SIZE = 1000
 ORDINARY = np.arange(200, VOCAB_SIZE, dtype=np.int32)
 VOCAB = Vocabulary(MASK, VOCAB_SIZE, ORDINARY, np.arange(VOCAB_SIZE) % 7 == 0)
@@ -90,7 +92,7 @@ def test_ragged_arange():
 
 def masked_rows(part, seed, max_seq=128, masking=MaskingConfig()):
     pairs = build_pairs(part, PairConfig(max_seq_length=max_seq), random.Random(seed))
-    rows = build_rows(part.ids, pairs, CLS, SEP, np.uint16)
+    rows = build_rows(part.ids, pairs, BERT, np.uint16)
     original = rows.input_ids.copy()
     masked = apply_masking(rows, masking, VOCAB, np.random.default_rng(seed))
     return pairs, rows, original, masked
@@ -269,7 +271,7 @@ def test_masking_statistics_hold_for_drawn_seeds_lengths_and_vocabularies(corpus
     vocab = Vocabulary(MASK, vocab_size, pool, is_continuation)
     pairs = np.concatenate([build_pairs(part, PairConfig(max_seq_length=max_seq), random.Random(seed + k))
                             for k in range(4)])
-    rows = build_rows(part.ids, pairs, CLS, SEP, np.uint16)
+    rows = build_rows(part.ids, pairs, BERT, np.uint16)
     original = rows.input_ids.copy()
     config = MaskingConfig(masked_lm_prob=prob, whole_word_mask=whole_word)
     masked = apply_masking(rows, config, vocab, np.random.default_rng(seed))

@@ -104,10 +104,15 @@ class BuildConfig:
         if self.ray_address and self.executor != "ray":
             bad("ray-address", "only applies with --executor ray")
 
-    def pair_config(self) -> PairConfig:
+    def pair_config(self, template=None) -> PairConfig:
         """The pairing stage's options, as its own config (the names the CLI shows
-        become the stage's names here, and only here)."""
-        return PairConfig(max_seq_length=self.max_seq_length, short_seq_prob=self.short_seq_prob, kind=self.pairs)
+        become the stage's names here, and only here); `template`, the tokenizer's
+        (bertprep.tokenizer.Template), says how many special tokens a row holds (BERT's
+        when None)."""
+        specials = {} if template is None else {"pair_specials": template.pair_specials,
+                                                "single_specials": template.single_specials}
+        return PairConfig(max_seq_length=self.max_seq_length, short_seq_prob=self.short_seq_prob, kind=self.pairs,
+                          **specials)
 
     def masking_config(self) -> MaskingConfig:
         return MaskingConfig(max_predictions_per_seq=self.max_predictions_per_seq, masked_lm_prob=self.masked_lm_prob,

@@ -6,6 +6,11 @@ same whatever `--workers` is (DESIGN.md, "Determinism and scale"). A partition i
 identified by its index and by a hash of its text; the tokenized form is cached under
 (text hash, tokenizer fingerprint), so a second build with other pairing or masking
 options, or another seed, does not tokenize again.
+
+A partition of a tokenizer other than WordPiece also holds each token's word start, and
+its sentences after a document's first were encoded with the space before them
+(tokenizer/encoding.py): its entries are keyed with WORDS_LAYOUT too, so an entry
+written without them is never read as one.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from bertprep.tokenizer import SentenceEncoder
 from bertprep.instances import TokenizedPartition
 
 CACHE_FORMAT = 1
+WORDS_LAYOUT = "words-1"  # the key's mark of a partition with word starts (not WordPiece)
 
 
 def hash_documents(documents: list[list[str]]) -> str:
@@ -42,8 +48,7 @@ def text_bytes(documents: list[list[str]]) -> int:
 def tokenize_documents(documents: list[list[str]], encoder: SentenceEncoder):
     """Tokenize a partition. Sentences that tokenize to nothing vanish and documents
     left empty are dropped, as in the reference."""
-    sentences = [s for doc in documents for s in doc]
-    encoded = encoder.encode(sentences)
+    encoded = encoder.encode_documents(documents)
     lengths = np.diff(encoded.offsets)
     doc_sizes = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
     doc_of_sentence = np.repeat(np.arange(len(documents)), doc_sizes)
@@ -55,19 +60,22 @@ def tokenize_documents(documents: list[list[str]], encoder: SentenceEncoder):
     document_offsets = np.zeros(len(kept_per_doc) + 1, dtype=np.int64)
     np.cumsum(kept_per_doc, out=document_offsets[1:])
     # Empty sentences contribute no ids, so the flat id array is already right.
-    part = TokenizedPartition(encoded.ids, sentence_offsets, document_offsets)
+    part = TokenizedPartition(encoded.ids, sentence_offsets, document_offsets, encoded.word_starts)
     return part, encoded
 
 
 class TokenCache:
-    """Tokenized partitions on disk or an object store, one .npz per (text hash, tokenizer)."""
+    """Tokenized partitions on disk or an object store, one .npz per (text hash, tokenizer);
+    `word_starts`: the partitions hold them (tokenizers other than WordPiece)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, word_starts: bool = False):
         self.directory = storage.path(directory)
+        self.word_starts = word_starts
 
     def path(self, text_hash: str, tokenizer_fingerprint: str):
+        layout = f"{WORDS_LAYOUT}:" if self.word_starts else ""  # WordPiece keys are as they always were
         key = hashlib.blake2b(
-            f"{CACHE_FORMAT}:{tokenizer_fingerprint}:{text_hash}".encode(), digest_size=20
+            f"{CACHE_FORMAT}:{layout}{tokenizer_fingerprint}:{text_hash}".encode(), digest_size=20
         ).hexdigest()
         return self.directory / key[:2] / f"{key}.npz"
 
@@ -78,9 +86,8 @@ class TokenCache:
         path = self.path(text_hash, tokenizer_fingerprint)
         try:
             with storage.open_whole(path) as file, np.load(file) as data:
-                return TokenizedPartition(
-                    data["ids"], data["sentence_offsets"], data["document_offsets"]
-                )
+                starts = data["word_starts"] if self.word_starts else None
+                return TokenizedPartition(data["ids"], data["sentence_offsets"], data["document_offsets"], starts)
         except (FileNotFoundError, OSError, ValueError, KeyError):
             return None  # missing or damaged: tokenize again
 
@@ -88,5 +95,8 @@ class TokenCache:
         path = self.path(text_hash, tokenizer_fingerprint)
         path.parent.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
-        np.savez(buffer, ids=part.ids, sentence_offsets=part.sentence_offsets, document_offsets=part.document_offsets)
+        arrays = dict(ids=part.ids, sentence_offsets=part.sentence_offsets, document_offsets=part.document_offsets)
+        if self.word_starts:
+            arrays["word_starts"] = part.word_starts
+        np.savez(buffer, **arrays)
         write_bytes_atomic(path, buffer.getbuffer(), fsync=False)

@@ -28,7 +28,7 @@ from bertprep.builder.progress import TrackedExecutor
 from bertprep.builder.tasks import (FingerprintTask, PairTask, ScatterTask, ShardTask, TaskContext,
                                   fingerprint_input, gather_shard, pair_partition, record_batch_rows, scatter_partition)
 from bertprep.corpus import CorpusSpec, ReadStats, no_text_error, resolve_input_files
-from bertprep.errors import BertprepError, check_parent_is_directory
+from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.builder.fingerprints import fingerprint_sources, input_fingerprints
 from bertprep.builder.mixing import add_sampled, measure_mix
 from bertprep.executors import TaskCost, make_executor
@@ -93,6 +93,7 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
     if config.cache_dir and storage.is_remote(config.cache_dir):
         storage.path(config.cache_dir).mkdir()  # a missing bucket fails now, before any work
     tok = load_tokenizer(tokenizer_path)
+    _check_tokenizer(tok, tokenizer_path, config)
     if finished:
         return _finished_result(spec, tok, out, config, started)
     staging = staging_path(out)
@@ -115,6 +116,16 @@ def build_shards(spec: CorpusSpec, tokenizer_path, out, config: BuildConfig, ove
                 raise storage.store_error(staging, exc) from None
             raise
     return result
+
+
+def _check_tokenizer(tok, tokenizer_path, config: BuildConfig) -> None:
+    """What every build needs of its tokenizer, before any work: a mask token (rows are
+    masked), and nanotoken only where it can encode (WordPiece)."""
+    where = describe_path(tokenizer_path)
+    tok.require_mask(where)
+    if config.engine == "nanotoken" and tok.kind != "wordpiece":
+        raise BertprepError(f"--engine nanotoken: {where} is a {tok.kind} tokenizer; nanotoken encodes WordPiece "
+                            "only (use --engine auto or tokenizers)")
 
 
 # The layout of OUT.partial/work (names and contents of the task markers and files).
@@ -199,11 +210,12 @@ def _build_locked(spec, tok, out, staging, config: BuildConfig, progress, starte
                 work_dir=str(work),
                 seed=config.seed,
                 dupe_factor=config.dupe_factor,
-                pairs=config.pair_config(),
+                pairs=config.pair_config(tok.template),
                 masking=config.masking_config(),
                 engine=config.engine,
                 corpus=spec,
                 partition_bytes=config.partition_bytes,
+                word_starts=tok.kind != "wordpiece",
             )
             mix = measure_mix(spec, pool, TaskCost(cpus=1, memory_bytes=TASK_BASE_MEMORY)) if spec.mix else None
             partition_plan = plan_partitions(spec, config.partition_bytes, mix)

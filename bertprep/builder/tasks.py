@@ -74,6 +74,7 @@ class TaskContext:
     engine: str  # "auto" | "nanotoken" | "tokenizers"
     corpus: CorpusSpec  # how to read the inputs (the pair tasks read their own pieces)
     partition_bytes: int  # the plan's target: the part size of a partition cut while read
+    word_starts: bool = False  # tokenized partitions carry word starts (tokenizers other than WordPiece)
 
 
 @dataclass(frozen=True)
@@ -146,8 +147,14 @@ def id_dtype(vocab_size: int):
 
 
 def vocabulary_for_masking(tok: LoadedTokenizer) -> Vocabulary:
+    """What masking needs of `tok`: its mask id, the random-replacement pool and, for
+    WordPiece, which entries are "##" pieces (other kinds say where words start per
+    token, in their tokenized partitions: instances/masking.py)."""
+    mask = tok.require_mask(str(tok.source) if tok.source is not None else "tokenizer")
+    if tok.kind != "wordpiece":
+        return Vocabulary(mask, tok.vocab_size, tok.ordinary_ids())
     continuation = np.fromiter((w.startswith("##") for w in tok.vocab), dtype=bool, count=tok.vocab_size)
-    return Vocabulary(tok.special.mask, tok.vocab_size, tok.ordinary_ids(), continuation)
+    return Vocabulary(mask, tok.vocab_size, tok.ordinary_ids(), continuation)
 
 
 def _work(ctx: TaskContext, name: str):
@@ -180,7 +187,7 @@ def pair_partition(task: PairTask) -> dict:
     ctx, partition = task.ctx, task.partition
     marker = _work(ctx, f"pairs-{partition.index:06d}.json")
     done = _read_marker(marker)
-    cache = TokenCache(ctx.cache_dir)
+    cache = TokenCache(ctx.cache_dir, ctx.word_starts)
     # Finished by an earlier, interrupted run of this plan, and its tokens are still
     # cached (a later stage reads them; a cleaned or different cache means reading and
     # tokenizing again).
@@ -289,7 +296,7 @@ def scatter_partition(task: ScatterTask) -> dict:
         return done
     tok, _ = _tokenizer(ctx)
     vocab = vocabulary_for_masking(tok)
-    part = TokenCache(ctx.cache_dir).load(text_hash, ctx.tokenizer_fingerprint)
+    part = TokenCache(ctx.cache_dir, ctx.word_starts).load(text_hash, ctx.tokenizer_fingerprint)
     if part is None:
         raise RuntimeError(f"tokenized partition {index} vanished from the cache {ctx.cache_dir}")
     stats = empty_stats(ctx.pairs.max_seq_length)
@@ -305,11 +312,12 @@ def scatter_partition(task: ScatterTask) -> dict:
             dealt[rng.permutation(len(pairs))] = (pass_offsets[dupe] + np.arange(len(pairs))) % num_shards
             order = np.argsort(dealt, kind="stable")
             bounds = np.searchsorted(dealt[order], np.arange(num_shards + 1))
+            # The tokenizer's own templates: BERT's [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s></s> B </s>.
             if ctx.pairs.kind == "none":
-                rows = build_full_rows(part.ids, pairs[order], document_starts(part), tok.special.cls,
-                                       tok.special.sep, id_dtype(tok.vocab_size))
+                rows = build_full_rows(part.ids, pairs[order], document_starts(part), tok.template, tok.special.sep,
+                                       id_dtype(tok.vocab_size), part.word_starts)
             else:
-                rows = build_rows(part.ids, pairs[order], tok.special.cls, tok.special.sep, id_dtype(tok.vocab_size))
+                rows = build_rows(part.ids, pairs[order], tok.template, id_dtype(tok.vocab_size), part.word_starts)
             masked = apply_masking(rows, ctx.masking, vocab, rng)
             add_stats(stats, rows, masked)
             batch = _record_batch(rows, masked, tok.vocab_size)

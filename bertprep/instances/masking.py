@@ -3,8 +3,10 @@
 
 Per row: `num_to_predict = min(max_predictions, max(1, round(len(tokens) * p)))`
 (round half to even, length including the special tokens), capped by the number of
-candidates; candidates are every position except the specials ([CLS] and the two
-[SEP]s of a pair row; [CLS] and every [SEP] of a FULL-SENTENCES row, `Rows.special`);
+candidates; candidates are every position except the specials (every token the
+tokenizer's template adds: [CLS] and the two [SEP]s of a BERT pair row, `<s>` and three
+`</s>` of RoBERTa's; the prefix, suffix and every separator of a FULL-SENTENCES row:
+`Rows.special`);
 a uniformly random subset of that size is chosen (random keys per position, the
 smallest keys win: the same distribution as the reference's shuffle-and-take). Each
 chosen position independently becomes [MASK] (80%), stays (10%) or takes a random
@@ -17,7 +19,11 @@ vocabulary only (never [PAD]/[UNK]/[CLS]/[SEP]/[MASK] or [unusedN]) unless
 Whole-word masking follows the reference's grouping (a `##` piece joins the previous
 piece's group, groups taken in random order, skipping any that would overshoot), except
 that a group never crosses [SEP]: the reference lets a `##` piece at the start of B
-join A's last word.
+join A's last word. Tokenizers other than WordPiece say where words start per token
+(`Rows.word_starts`, from the pre-tokenizer's words, `Encoding.word_ids`): a token that
+does not start a word joins the previous token's group, by the same rule. A table per
+vocabulary entry cannot say it for byte-level BPE, where "hello," is the two words
+"hello" and "," although "," carries no leading-space mark.
 
 `mask_padded` applies the same rules to a padded (B, T) batch of original tokens: the
 trainer's dynamic masking calls it, so build-shards and training share one
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertprep.errors import BertprepError
 from bertprep.instances.rows import Rows
 
 # The random keys are drawn as a (rows x longest row) matrix per chunk of rows. A chunk
@@ -64,7 +71,7 @@ class Vocabulary:
     mask_id: int
     vocab_size: int
     ordinary_ids: np.ndarray  # the pool random replacements come from
-    is_continuation: np.ndarray | None = None  # (V,) bool, token starts with "##"
+    is_continuation: np.ndarray | None = None  # (V,) bool, token starts with "##" (WordPiece only)
 
 
 @dataclass
@@ -146,17 +153,26 @@ def _chunk_positions(lengths, special_row, special_pos, counts, rng) -> np.ndarr
     return ranked[np.arange(k)[None, :] < counts[:, None]]
 
 
+def _continues_word(rows: Rows, vocab: Vocabulary) -> np.ndarray:
+    """(T,) bool: the token continues the word of the token before it."""
+    if rows.word_starts is not None:
+        return ~rows.word_starts
+    if vocab.is_continuation is None:
+        raise BertprepError("whole-word masking needs to know where words start: this tokenizer's rows carry no "
+                            "word starts and its vocabulary no '##' pieces")
+    return vocab.is_continuation[rows.input_ids]
+
+
 def _whole_word_positions(rows: Rows, config, vocab: Vocabulary, rng):
     lengths = rows.lengths
-    continuation = vocab.is_continuation
-    tokens = rows.input_ids
+    continuation = _continues_word(rows, vocab)
     special_row, special_pos = _special_positions(rows)
     wanted = _counts(rows, config, special_row)
     specials = np.split(special_pos, np.searchsorted(special_row, np.arange(1, rows.num_rows)))
     chosen_rows, counts = [], np.zeros(rows.num_rows, dtype=np.int64)
     for r in range(rows.num_rows):
         start, length, seps = int(rows.offsets[r]), int(lengths[r]), set(specials[r].tolist())
-        is_cont = continuation[tokens[start : start + length]]
+        is_cont = continuation[start : start + length]
         groups: list[list[int]] = []
         for pos in range(length):
             if pos in seps:
@@ -210,9 +226,11 @@ def apply_masking(rows: Rows, config: MaskingConfig, vocab: Vocabulary, rng: np.
 
 
 def mask_padded(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, config: MaskingConfig,
-                vocab: Vocabulary, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                vocab: Vocabulary, rng: np.random.Generator,
+                word_starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The same rules on a padded batch: tokens (B, T) original ids, lengths (B,), special
-    (B, T) bool (never masked) -> (masked tokens (B, T), positions (B, P), labels (B, P)),
+    (B, T) bool (never masked), word_starts (B, T) bool or None (whole words from the
+    vocabulary's "##" pieces) -> (masked tokens (B, T), positions (B, P), labels (B, P)),
     P = config.max_predictions_per_seq, unused slots position 0 and label -1."""
     tokens = np.asarray(tokens)
     B, T = tokens.shape
@@ -221,7 +239,8 @@ def mask_padded(tokens: np.ndarray, lengths: np.ndarray, special: np.ndarray, co
     np.cumsum(lengths, out=offsets[1:])
     rows = Rows(input_ids=tokens[real], token_type_ids=np.zeros(int(offsets[-1]), np.int8), offsets=offsets,
                 a_lengths=np.asarray(lengths, np.int64) - 2, next_sentence_label=np.zeros(B, np.int8),
-                special=np.asarray(special)[real])
+                special=np.asarray(special)[real],
+                word_starts=None if word_starts is None else np.asarray(word_starts)[real])
     masked = apply_masking(rows, config, vocab, rng)
     out = tokens.copy()
     out[real] = rows.input_ids

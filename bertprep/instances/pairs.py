@@ -181,7 +181,7 @@ def build_instances(part: TokenizedPartition, config: PairConfig, rng: random.Ra
     if config.kind == "sop":
         return build_sop_pairs(part, config, rng, counts)
     if config.kind == "none":
-        return pack_full_sentences(part, config.max_seq_length)
+        return pack_full_sentences(part, config.max_seq_length, config.single_specials)
     if part.num_documents < 2:  # NSP's random B needs another document
         return np.zeros((0, 5), np.int64)
     return build_pairs(part, config, rng, counts)

@@ -19,10 +19,15 @@ class PairConfig:
     max_seq_length: int = 128  # [CLS] A [SEP] B [SEP] never exceeds this
     short_seq_prob: float = 0.1  # chance a document's target length is drawn uniformly from [2, max]
     kind: str = "nsp"  # one of PAIRINGS
+    # Special tokens the tokenizer's templates put around a pair and around one text
+    # (Template.pair_specials / single_specials): BERT 3 and 2, RoBERTa's
+    # `<s> A </s></s> B </s>` 4 and 2. The length budget leaves room for them.
+    pair_specials: int = 3
+    single_specials: int = 2
 
     @property
     def max_num_tokens(self) -> int:
-        return self.max_seq_length - 3  # room for [CLS] and two [SEP]
+        return self.max_seq_length - self.pair_specials  # room for [CLS] and two [SEP] (BERT)
 
 
 @dataclass
@@ -32,6 +37,9 @@ class TokenizedPartition:
     ids: np.ndarray  # (T,) token ids of every sentence, concatenated
     sentence_offsets: np.ndarray  # (S + 1,) int64: sentence k is ids[so[k]:so[k + 1]]
     document_offsets: np.ndarray  # (D + 1,) int64: document d is sentences [do[d], do[d + 1])
+    # (T,) bool: the token begins a word of the tokenizer's pre-tokenizer (Encoding.word_ids),
+    # for whole-word masking. None for WordPiece, whose words are read from "##" pieces.
+    word_starts: np.ndarray | None = None
 
     @property
     def num_documents(self) -> int:

@@ -41,11 +41,15 @@ def build_manifest(*, version, options, corpus, inputs, tok, tokenizer_files, sh
         "inputs": inputs,
         "tokenizer": {
             "fingerprint": tok.fingerprint(),
+            "kind": tok.kind,  # wordpiece, bpe, unigram
             "vocab_size": tok.vocab_size,
             "lowercase": tok.lowercase,
             "strip_accents": tok.strip_accents,
             "max_chars_per_word": tok.max_chars_per_word,
             "special_ids": tok.special.as_dict(),
+            # The special tokens around a row and their type ids (tokenizer/templates.py):
+            # what a reader needs to find A and B in a row of a one-type family (RoBERTa).
+            "template": tok.template.as_dict(),
             "files": sorted(tokenizer_files),
         },
         "shards": shards,

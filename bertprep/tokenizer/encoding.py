@@ -6,7 +6,24 @@ encodes is spot-checked: a deterministic sample of its sentences is re-encoded w
 `tokenizers`, and on any difference the whole partition is encoded with `tokenizers`
 instead (and the caller is told, so it can warn). Output is therefore the `tokenizers`
 output whichever engine runs, and the shards are the same bytes with or without
-nanotoken.
+nanotoken. nanotoken reads WordPiece only: other kinds are always encoded by
+`tokenizers` (engine "auto" picks it for them).
+
+Corpus documents (`encode_documents`, what build-shards tokenizes) are encoded with the
+tokenizer's text pipeline (`text_tokenizer()`: a literal "<mask>" in a document is
+text), and for kinds other than WordPiece two more things hold:
+
+- A sentence that is not the first of its document followed a space in the original
+  text. A byte-level BPE whose pre-tokenizer adds no prefix space (RoBERTa, ModernBERT)
+  writes that space into the word's first token (`Ġworld`, not `world`), so such a
+  sentence is encoded as " " + sentence: a document's tokens are then exactly the
+  tokenizer's encoding of its sentences joined by spaces, as a model meets running
+  text. Whether the space counts is asked of the tokenizer (" a" against "a"), so a
+  pipeline that adds its own (SentencePiece's Metaspace, `add_prefix_space`) is left
+  as it is, and WordPiece, which drops spaces, is never touched.
+- Each token says whether it begins a word (`word_starts`, from `Encoding.word_ids`:
+  the pre-tokenizer's words), for whole-word masking. WordPiece's words are its "##"
+  pieces, read from the vocabulary, as they always were.
 """
 from __future__ import annotations
 
@@ -32,12 +49,22 @@ def nanotoken_available() -> bool:
     return True
 
 
+def continues_after_space(tok: LoadedTokenizer) -> bool:
+    """Whether a sentence inside a document is encoded with the space before it (module
+    docstring): not WordPiece, and the tokenizer tells " a" from "a"."""
+    if tok.kind == "wordpiece":
+        return False
+    text = tok.text_tokenizer()
+    return text.encode(" a", add_special_tokens=False).ids != text.encode("a", add_special_tokens=False).ids
+
+
 @dataclass
 class EncodedSentences:
     ids: np.ndarray  # (T,) uint32 flat ids
     offsets: np.ndarray  # (S + 1,) int64
     engine: str  # "nanotoken" or "tokenizers"
     mismatches: int = 0  # sampled sentences where nanotoken differed (then engine = tokenizers)
+    word_starts: np.ndarray | None = None  # (T,) bool, when asked for: the token begins a word
 
 
 class SentenceEncoder:
@@ -46,9 +73,13 @@ class SentenceEncoder:
     def __init__(self, tok: LoadedTokenizer, engine: str = "auto"):
         self.tok = tok
         self._fast = None
+        self._text = None  # the corpus-text pipeline, made when encode_documents first needs it
         if engine not in ("auto", "nanotoken", "tokenizers"):
             raise ValueError(f"unknown encoding engine {engine!r}")
-        if engine == "nanotoken" or (engine == "auto" and nanotoken_available()):
+        # nanotoken reads WordPiece pipelines only (encoder_json); "auto" falls back to
+        # `tokenizers` for every other kind rather than failing.
+        wordpiece = tok.kind == "wordpiece"
+        if engine == "nanotoken" or (engine == "auto" and wordpiece and nanotoken_available()):
             import nanotoken
 
             # No added tokens in this JSON: literal "[MASK]" in text is text, as in
@@ -59,26 +90,47 @@ class SentenceEncoder:
     def engine(self) -> str:
         return "nanotoken" if self._fast is not None else "tokenizers"
 
-    def encode_reference(self, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode_documents(self, documents: list[list[str]]) -> EncodedSentences:
+        """Every sentence of `documents`, in order, as corpus text (module docstring):
+        for kinds other than WordPiece with the space before a document's later sentences
+        where the tokenizer marks it, and with word starts."""
+        if self.tok.kind == "wordpiece":
+            return self.encode([s for doc in documents for s in doc])
+        if self._text is None:
+            self._text = (self.tok.text_tokenizer(), continues_after_space(self.tok))
+        pipeline, space = self._text
+        sentences = [(" " + s if space and k else s) for doc in documents for k, s in enumerate(doc)]
+        ids, offsets, starts = self.encode_reference(sentences, pipeline, word_starts=True)
+        return EncodedSentences(ids, offsets, "tokenizers", word_starts=starts)
+
+    def encode_reference(self, sentences: list[str], pipeline=None, word_starts: bool = False):
+        """(ids, offsets) by `tokenizers` (`pipeline`, default the tokenizer's own); with
+        `word_starts`, (ids, offsets, word starts)."""
+        pipeline = pipeline or self.tok.tokenizer
         lengths = np.zeros(len(sentences), dtype=np.int64)
         pieces: list[np.ndarray] = []
+        words: list[np.ndarray] = []
         start = 0
         while start < len(sentences):
             end, chars = start, 0
             while end < len(sentences) and (end == start or chars + len(sentences[end]) <= REFERENCE_BATCH_CHARS):
                 chars += len(sentences[end])
                 end += 1
-            encodings = self.tok.tokenizer.encode_batch(sentences[start:end], add_special_tokens=False)
+            encodings = pipeline.encode_batch(sentences[start:end], add_special_tokens=False)
             for k, encoding in enumerate(encodings):
                 ids = np.asarray(encoding.ids, dtype=np.uint32)
                 lengths[start + k] = len(ids)
                 pieces.append(ids)
+                if word_starts:
+                    words.append(_word_starts(encoding.word_ids))
             del encodings
             start = end
         offsets = np.zeros(len(sentences) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
-        return ids, offsets
+        if not word_starts:
+            return ids, offsets
+        return ids, offsets, np.concatenate(words) if words else np.zeros(0, dtype=bool)
 
     def encode(self, sentences: list[str]) -> EncodedSentences:
         if self._fast is None:
@@ -118,3 +170,13 @@ class SentenceEncoder:
             theirs = ref_ids[ref_offsets[k] : ref_offsets[k + 1]]
             bad += not np.array_equal(ours, theirs)
         return bad
+
+
+def _word_starts(word_ids: list) -> np.ndarray:
+    """(n,) bool from one encoding's word ids: a token begins a word where its word id
+    differs from the token before it (a token with no word, None, is a word of its own)."""
+    ids = np.asarray([-1 - k if w is None else w for k, w in enumerate(word_ids)] if None in word_ids else word_ids,
+                     dtype=np.int64)
+    starts = np.ones(len(ids), dtype=bool)
+    starts[1:] = ids[1:] != ids[:-1]
+    return starts
