@@ -150,7 +150,12 @@ class ProseParagraphs:
 
 def vocabulary_lookup(tok) -> KnownWord:
     """known_word for a LoadedTokenizer: the word, normalized as the tokenizer normalizes
-    text (lower-casing and accent stripping when uncased), is a whole-word token."""
+    text (lower-casing and accent stripping when uncased), is a whole-word token. For
+    other kinds than WordPiece (no "##" pieces to tell a whole word by): the word, after
+    a space as inside running text, is one token of the tokenizer."""
+    if tok.kind != "wordpiece":
+        text = tok.text_tokenizer()
+        return lambda word: len(text.encode(" " + word, add_special_tokens=False).ids) == 1
     whole_words = {t for t in tok.vocab if not t.startswith("##") and not (t.startswith("[") and t.endswith("]"))}
     normalizer = tok.tokenizer.normalizer
 

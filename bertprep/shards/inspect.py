@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
+from tokenizers import Tokenizer
 
 from bertprep.shards import schema
 from bertprep.storage import stores as storage
@@ -87,19 +88,28 @@ def _measure_batch(batch: pa.RecordBatch, special: dict, masking: MaskingConfig,
 def _unmasked_rows(ids, offsets, at, labels, special: dict) -> Rows:
     """The rows as masking saw them: the originals back at the masked positions (a random
     replacement may be any id with --random-from-whole-vocab), and as specials the
-    [CLS]/[SEP] tokens, which text never yields (a literal "[SEP]" encodes as text)."""
+    tokens of the template (`special["template"]`: [CLS]/[SEP], <s>/</s>), which text
+    never yields (a literal "[SEP]" encodes as text)."""
     original = ids.copy()
     original[at] = labels
     lengths = np.diff(offsets)
     return Rows(input_ids=original, token_type_ids=np.zeros(len(original), np.int8), offsets=offsets,
                 a_lengths=lengths - 2, next_sentence_label=np.zeros(len(lengths), np.int8),
-                special=np.isin(original, [special["cls"], special["sep"]]))
+                special=np.isin(original, special["template"]))
+
+
+def template_ids(tokenizer: dict) -> list[int]:
+    """Every id a manifest's tokenizer puts around its rows: the template's (manifests
+    before the template was recorded: BERT's [CLS] and [SEP])."""
+    template = tokenizer.get("template") or {}
+    parts = [template.get(name, []) for name in ("prefix", "middle", "suffix", "single_suffix")]
+    return sorted({tokenizer["special_ids"]["cls"], tokenizer["special_ids"]["sep"], *(i for p in parts for i in p)})
 
 
 def measure(out) -> dict:
     out = storage.path(out)
     manifest = read_manifest(out)
-    special = manifest["tokenizer"]["special_ids"]
+    special = {**manifest["tokenizer"]["special_ids"], "template": template_ids(manifest["tokenizer"])}
     options = manifest["options"]
     counts = dict(rows=0, tokens=0, positions=0, as_mask=0, kept=0, random=0, nsp_random=0, expected_positions=0)
     histogram = np.zeros(options["max_seq_length"] + 1, dtype=np.int64)
@@ -175,7 +185,7 @@ def sample_rows(out, count: int) -> list[dict]:
     `tokens` as the model sees them (masking applied), `masked_lm_tokens` the originals."""
     out = storage.path(out)
     manifest = read_manifest(out)
-    vocab = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = _vocabulary(out)
     table = open_shard(out / manifest["shards"][0]["name"]).slice(0, count)
     samples = []
     for r, row in enumerate(table.to_pylist()):
@@ -192,6 +202,36 @@ def sample_rows(out, count: int) -> list[dict]:
     return samples
 
 
+def _vocabulary(out) -> list:
+    """id -> token of the tokenizer copied into `out`: vocab.txt (WordPiece), else
+    tokenizer.json's model and added tokens (None where an id has no token)."""
+    if (out / "vocab.txt").exists():
+        return (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    path = out / "tokenizer.json"
+    try:
+        token_to_id = Tokenizer.from_str(path.read_text(encoding="utf-8")).get_vocab(with_added_tokens=True)
+    except (OSError, Exception) as exc:  # tokenizers raises plain Exceptions for a malformed file
+        raise BertprepError(f"{path}: cannot read the tokenizer ({str(exc).splitlines()[0]})") from None
+    vocab: list = [None] * (max(token_to_id.values()) + 1)
+    for token, i in token_to_id.items():
+        vocab[i] = token
+    return vocab
+
+
+def _segment_b_start(sample: dict, template: dict | None) -> int:
+    """Where B's part of a pair row begins (after the middle separators): the first type
+    id 1, or, in a one-type family's row, just past the template's middle (its first
+    special id after the prefix: text never yields one)."""
+    types = sample[schema.TOKEN_TYPE_IDS]
+    if 1 in types or not template:
+        return types.index(1)
+    original = list(sample[schema.INPUT_IDS])
+    for pos, label in zip(sample[schema.MASKED_LM_POSITIONS], sample[schema.MASKED_LM_IDS]):
+        original[pos] = label
+    a_end = original.index(template["middle"][0], len(template["prefix"]))
+    return a_end + len(template["middle"])
+
+
 # What a row's label means, by pairing: (label 0, label 1).
 _ROW_KINDS = {"nsp": ("actual next B", "random B"), "sop": ("in order", "swapped")}
 
@@ -200,7 +240,8 @@ def decode_samples(out, count: int) -> list[str]:
     """The first `count` rows of the first shard, both segments visible (a
     FULL-SENTENCES row has one), each masked position shown as [shown->original]
     (shown = [MASK], a random token or the same)."""
-    kinds = _ROW_KINDS.get(pairing(read_manifest(out)))
+    manifest = read_manifest(out)
+    kinds, template = _ROW_KINDS.get(pairing(manifest)), manifest["tokenizer"].get("template")
     lines = []
     for sample in sample_rows(out, count):
         tokens = list(sample["tokens"])
@@ -210,7 +251,7 @@ def decode_samples(out, count: int) -> list[str]:
             lines.append(f"#{sample['row']} ({len(tokens)} tokens, full sentences)")
             lines.append("  " + " ".join(tokens))
             continue
-        boundary = sample[schema.TOKEN_TYPE_IDS].index(1)
+        boundary = _segment_b_start(sample, template)
         lines.append(f"#{sample['row']} ({len(tokens)} tokens, {kinds[sample[schema.NEXT_SENTENCE_LABEL]]})")
         lines.append("  A: " + " ".join(tokens[:boundary]))
         lines.append("  B: " + " ".join(tokens[boundary:]))
@@ -233,7 +274,8 @@ def format_report(report: dict) -> str:
     rate, split = report["mask_rate"], report["split"]
     lines = [
         f"{m['created_by']}; tokenizer {m['tokenizer']['fingerprint'][:12]} "
-        f"({m['tokenizer']['vocab_size']:,} tokens, {'uncased' if m['tokenizer']['lowercase'] else 'cased'})",
+        f"({m['tokenizer']['vocab_size']:,} tokens, {_kind(m['tokenizer'])}"
+        f"{'uncased' if m['tokenizer']['lowercase'] else 'cased'})",
         "options: " + ", ".join(f"{k}={v}" for k, v in m["options"].items()),
         f"corpus: {m['totals']['documents']:,} documents, {m['totals']['sentences']:,} sentences, "
         f"{m['totals']['corpus_tokens']:,} tokens in {m['totals']['partitions']:,} partitions",
@@ -258,6 +300,12 @@ def format_report(report: dict) -> str:
     lines.append("length histogram:")
     lines.extend(_histogram_lines(report["length_histogram"]))
     return "\n".join(lines)
+
+
+def _kind(tokenizer: dict) -> str:
+    """The tokenizer's kind as the summary names it: nothing for WordPiece (BERT's own)."""
+    kind = tokenizer.get("kind", "wordpiece")
+    return "" if kind == "wordpiece" else f"{kind}, "
 
 
 def _histogram_lines(histogram: list[int], bins: int = 8) -> list[str]:
