@@ -22,7 +22,11 @@ ENCODE_BATCH_LINES = 4096
 @click.command("train-tokenizer")
 @corpus_options
 @click.option("--out", "out_dir", required=True, metavar="TOKDIR", type=click.Path(file_okay=False),
-              help="Directory to write vocab.txt, tokenizer.json, tokenizer_config.json into.")
+              help="Directory to write vocab.txt (WordPiece only), tokenizer.json, tokenizer_config.json into.")
+@click.option("--model", type=click.Choice(TokenizerTrainingConfig.MODELS), default=DEFAULTS.model, show_default=True,
+              help="wordpiece: BERT's; bpe: byte-level BPE as RoBERTa and ModernBERT (any text encodes, no [UNK]; "
+                   "they are --cased); unigram: SentencePiece's Unigram (as XLM-R, DeBERTa-v3). All three get the "
+                   "same normalisation, special tokens and templates ([CLS] A [SEP] B [SEP], [PAD] = 0).")
 @click.option("--vocab-size", type=click.IntRange(min=6), default=DEFAULTS.vocab_size, show_default=True,
               help="Exact number of vocabulary entries, specials included.")
 @click.option("--lowercase/--cased", default=DEFAULTS.lowercase, show_default=True,
@@ -32,21 +36,21 @@ ENCODE_BATCH_LINES = 4096
                    "when lower-casing text that is almost all Latin, Greek or Cyrillic with few accents; stripping "
                    "splits Hangul into jamo and deletes letters of Devanagari, Thai, Arabic, Vietnamese].")
 @click.option("--min-frequency", type=click.IntRange(min=0), default=DEFAULTS.min_frequency, show_default=True,
-              help="A merge needs a pair of pieces seen at least this often.")
+              help="A merge needs a pair of pieces seen at least this often (wordpiece, bpe).")
 @click.option("--character-coverage", type=click.FloatRange(0, 1, min_open=True), default=None,
               help=f"Keep the most frequent characters covering this share of character occurrences as the "
                    f"alphabet, and never fewer than the {DEFAULTS.min_alphabet:,} most frequent; the rest become "
-                   f"[UNK] [default: {DEFAULTS.character_coverage}].")
+                   f"[UNK] [default: {DEFAULTS.character_coverage}] (wordpiece, unigram).")
 @click.option("--limit-alphabet", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Instead of --character-coverage: keep exactly the N most frequent characters.")
+              help="Instead of --character-coverage: keep exactly the N most frequent characters (wordpiece, unigram).")
 @click.option("--complete-scripts/--sample-alphabet", default=DEFAULTS.complete_scripts, show_default=True,
               help="Also give a token to the everyday characters of each main script that the sample lacks "
                    "(Hangul: KS X 1001's 2,350 syllables and the compatibility jamo; Indic, Thai, Arabic, Hebrew, "
-                   "kana: their Unicode block), or keep the sample's characters only.")
+                   "kana: their Unicode block), or keep the sample's characters only (wordpiece, unigram).")
 @click.option("--unused", type=click.IntRange(min=0), default=DEFAULTS.unused, show_default=True, metavar="N",
               help="Reserve [unused0]..[unused{N-1}] right after [PAD] (Google's uncased vocab: 99).")
 @click.option("--max-chars-per-word", type=click.IntRange(min=1), default=DEFAULTS.max_chars_per_word,
-              show_default=True, help="Longer words encode as [UNK] (200 as Google's tokenizer).")
+              show_default=True, help="Longer words encode as [UNK] (200 as Google's tokenizer; wordpiece only).")
 @click.option("--sample-bytes", type=SIZE, default=None, metavar="SIZE",
               help="Train on a deterministic sample of about this much text, e.g. 500MB "
                    "[default: the whole corpus].")
@@ -57,27 +61,32 @@ ENCODE_BATCH_LINES = 4096
 @progress_option
 @user_errors
 def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, sentences,
-                            document_separator, mix, out_dir,
+                            document_separator, mix, out_dir, model,
                             vocab_size, lowercase, strip_accents, min_frequency, character_coverage,
                             limit_alphabet, complete_scripts, unused, max_chars_per_word, sample_bytes,
                             heldout_fraction, overwrite, progress):
-    """Train a BERT WordPiece vocabulary on INPUT... and write it to TOKDIR.
+    """Train a BERT WordPiece vocabulary (or byte-level BPE, or Unigram: --model) on
+    INPUT... and write it to TOKDIR.
 
     Training is deterministic: the same corpus and options give byte-identical files.
-    The vocabulary is [PAD], the --unused slots, [UNK] [CLS] [SEP] [MASK], the alphabet,
-    then the learned pieces; it has exactly --vocab-size entries unless the corpus is
-    too small (then a warning says so). The normalisation (lower-casing, accent
-    stripping) and the corpus's scripts are reported before training starts.
+    The vocabulary is [PAD], the --unused slots, [UNK] [CLS] [SEP] [MASK], the alphabet
+    (byte-level BPE: the 256 bytes), then the learned pieces; it has exactly --vocab-size
+    entries unless the corpus is too small (then a warning says so). The normalisation
+    (lower-casing, accent stripping) and the corpus's scripts are reported before
+    training starts. An option that shapes another model only is refused.
 
     \b
     Example:
       bertprep train-tokenizer wiki/ books.txt.gz --out tok/ --vocab-size 30522 --unused 99
+      bertprep train-tokenizer wiki/ --out tok-bpe/ --model bpe --cased
     """
     spec = corpus_spec_from_options(inputs, text_field, dataset, dataset_config, split, sentences,
                                     document_separator, mix)
     if character_coverage is not None and limit_alphabet is not None:
         raise click.UsageError("--character-coverage and --limit-alphabet both choose the alphabet: give one")
+    _refuse_options_of_other_models(model)
     config = TokenizerTrainingConfig(
+        model=model,
         vocab_size=vocab_size, lowercase=lowercase, strip_accents=strip_accents, min_frequency=min_frequency,
         character_coverage=DEFAULTS.character_coverage if character_coverage is None else character_coverage,
         limit_alphabet=limit_alphabet, complete_scripts=complete_scripts, unused=unused,
@@ -99,15 +108,29 @@ def train_tokenizer_command(inputs, text_field, dataset, dataset_config, split, 
     if report.training_bytes != report.corpus_bytes:
         click.echo(f"trained on {format_size(report.training_bytes)} "
                    f"({report.training_documents:,} documents)")
+    alphabet = "256 bytes" if model == "bpe" else f"{report.alphabet_size:,} characters"
     click.echo(f"vocabulary: {report.vocab_size:,} entries (requested {report.requested_vocab_size:,}), "
-               f"alphabet {report.alphabet_size:,} characters -> {out_dir}")
-    click.echo(_alphabet_line(report))
+               f"alphabet {alphabet} -> {out_dir}")
+    click.echo(_BYTE_ALPHABET_LINE if model == "bpe" else _alphabet_line(report))
     if report.unk_rate is not None:
         click.echo(f"[UNK] rate {report.unk_rate:.4%}, {report.tokens_per_word:.3f} tokens/word "
                    f"on {report.heldout_words:,} {report.measured_on} words")
     click.echo(f"{report.seconds:,.1f} s, {report.mb_per_second:,.2f} MB/s")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
+
+
+_BYTE_ALPHABET_LINE = "alphabet: the 256 bytes: every text encodes, with no [UNK]"
+
+
+def _refuse_options_of_other_models(model: str) -> None:
+    """An option given on the command line that `model` has no use for is refused (the
+    library refuses only values other than the default)."""
+    context = click.get_current_context()
+    for name, message in TokenizerTrainingConfig.refused_options(model).items():
+        source = context.get_parameter_source(name)
+        if source is not None and source != click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(message)
 
 
 def _alphabet_line(report) -> str:

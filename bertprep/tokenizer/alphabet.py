@@ -30,14 +30,17 @@ take them in); an explicit `limit_alphabet` adds none.
 
 Counts are of characters after the normaliser and pre-tokenizer (what the trainer sees).
 Ranking ties go to the lower code point, and the kept characters are sorted by code point,
-so the alphabet is a pure function of the counts (training.py: determinism).
+so the alphabet is a pure function of the counts (wordpiece_training.py: determinism).
+
+Unigram (unigram_training.py) takes the same alphabet without "##" forms: it counts with
+a pre-tokenizer that isolates every character, so no character continues a word.
 """
 from __future__ import annotations
 
 import collections
 import math
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -213,3 +216,27 @@ def vocab_size_for_repertoires(alphabet: Alphabet, scripts: dict[str, float], sp
     while int(REPERTOIRE_MAX_VOCAB * size) < cost:  # complete_alphabet's rounding, whatever the float
         size += 1
     return size
+
+
+def alphabet_for_vocabulary(counts: dict[str, int], scripts: dict[str, float], config, reserved: int,
+                            normalizer, pre_tokenizer) -> tuple[Alphabet, int | None, list[str]]:
+    """The alphabet of a vocabulary of `config.vocab_size` entries, `reserved` of them
+    taken (special tokens, [unusedN]): the characters the coverage rule (or the limit)
+    keeps, cut to fit, completed by the scripts' repertoires (`config`: a
+    TokenizerTrainingConfig). Returns (the alphabet, the vocabulary size the repertoires
+    need when some did not fit, else None, the warnings)."""
+    alphabet = choose_alphabet(counts, config.character_coverage, config.limit_alphabet, normalizer, pre_tokenizer,
+                               config.min_alphabet)
+    room = config.vocab_size - reserved
+    kept = replace(alphabet)  # the coverage rule's alphabet, before the vocabulary cuts it
+    fit_dropped = fit_alphabet(alphabet, counts, room)
+    needed = None
+    if config.complete_scripts and config.limit_alphabet is None:
+        complete_alphabet(alphabet, scripts, config.vocab_size, room, normalizer, pre_tokenizer)
+        if alphabet.not_completed:
+            needed = vocab_size_for_repertoires(kept, scripts, reserved, normalizer, pre_tokenizer)
+    warnings = []
+    if fit_dropped:
+        warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet.characters):,} "
+                        f"initial characters: {fit_dropped:,} rare characters left out (they encode as [UNK])")
+    return alphabet, needed, warnings

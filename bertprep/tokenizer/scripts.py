@@ -22,6 +22,15 @@ BertTokenizer rebuilds exactly that class from tokenizer_config.json (`do_lower_
 needs recomposing; a forced `--strip-accents` on such text is warned about, not refused
 (multilingual BERT-uncased was trained that way, and reproducing it is legitimate).
 
+Byte-level BPE and Unigram tokenizers (`subword_normalizer`) get the same two switches
+through the same BertNormalizer, without BERT's spaces around CJK ideographs (their
+pre-tokenizers keep ideographs inside words, as RoBERTa's and SentencePiece's do), then
+NFC: these files are read whole by transformers' PreTrainedTokenizerFast, so a step
+after the BertNormalizer is honoured. NFC and not SentencePiece's NFKC: NFKC rewrites
+letters of the scripts kept intact here (Hangul compatibility jamo ㅋ U+314B -> conjoining
+ᄏ U+110F, so "ㅋㅋ" is no longer the user's text; Thai and Lao SARA AM ำ -> ํ + า), and
+turns m² into m2; NFC only recomposes (decomposed Hangul back into syllables).
+
 Scripts are told by the first word of a character's Unicode name (LATIN, HANGUL, CJK,
 DEVANAGARI, ...), over letters and marks only (categories L and M): digits, punctuation,
 symbols and emoji belong to no script here. Marks named COMBINING... or VARIATION...
@@ -73,6 +82,16 @@ def bert_normalizer(lowercase: bool, strip_accents: bool) -> normalizers.BertNor
     """BERT's normaliser with accent stripping separate from lower-casing."""
     return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                       strip_accents=bool(strip_accents), lowercase=bool(lowercase))
+
+
+def subword_normalizer(lowercase: bool, strip_accents: bool) -> normalizers.Sequence:
+    """The normaliser of a byte-level BPE or Unigram tokenizer (module docstring): BERT's
+    cleaning, lower-casing and accent stripping, no CJK spacing, then NFC."""
+    return normalizers.Sequence([
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=bool(strip_accents),
+                                   lowercase=bool(lowercase)),
+        normalizers.NFC(),
+    ])
 
 
 @dataclass

@@ -1,33 +1,13 @@
-"""Deterministic WordPiece training: same corpus + config => byte-identical TOKDIR files.
+"""Deterministic tokenizer training: same corpus + config => byte-identical TOKDIR files.
 
-`tokenizers`' WordPieceTrainer (BPE-style merges ranked by pair count, then greedy
-WordPiece) is not reproducible run to run: it gives the `##x` continuation forms their
-ids while iterating a Rust HashMap of words (random order per process), breaks merge ties
-by pair id, and breaks ties at the `limit_alphabet` cut in hash order too. So ids, ties
-and a few dozen tokens change between identical runs (LIBRARY-NOTES.md).
-
-What we do instead (measured: byte-identical vocab.txt across processes, see
-tests/test_train_tokenizer_determinism.py and benchmarks/bench_train_tokenizer.py):
-
-1. Compute the alphabet ourselves (alphabet.py): count the characters of the training
-   text, map each through the same normalizer and pre-tokenizer, keep the most frequent
-   ones covering `character_coverage` of the occurrences, or the `limit_alphabet` most
-   frequent (ties: lower code point first), sorted by code point.
-2. Hand the trainer, as *special tokens*, in that canonical order: [PAD], [unused0..N-1],
-   [UNK], [CLS], [SEP], [MASK], every alphabet char, then `##char` for every char that can
-   continue a word (punctuation and CJK ideographs never do: the pre-tokenizer isolates
-   them, so their `##` forms would be dead slots). With `limit_alphabet=0` the trainer
-   adds no alphabet of its own, so every initial id is fixed before it iterates the
-   HashMap; pair ids, merge ties and new-token ids then follow deterministically.
-3. Read the vocabulary back in trainer id order, which is already canonical.
-
-Size: the trainer stops merging at exactly `vocab_size` entries; it stops earlier when
-no pair reaches `min_frequency` (reported as a shortfall). If the specials and alphabet
-alone exceed `vocab_size`, the rarest alphabet characters are dropped (reported).
+One run for three models (training_config.py): WordPiece (wordpiece_training.py, the
+default), byte-level BPE (bpe_training.py) and Unigram (unigram_training.py). Each
+module says how its trainer is made reproducible; this one reads and splits the corpus,
+chooses the normalisation, measures the result, writes the report and publishes TOKDIR.
 
 Normalisation: lower-casing and accent stripping are separate (scripts.py); accent
 stripping is decided from the training sample's script mix unless given, and reported
-through `on_normalisation` before the trainer starts.
+through `on_normalisation` before the trainer starts. Every model applies it.
 
 Input: documents are split by content hash into a held-out slice (never trained on; the
 report's [UNK] rate and tokens/word are measured on it) and the training text. With
@@ -38,14 +18,9 @@ depend on document order. The training text is staged in a temporary file beside
 (as large as the training text: use `sample_bytes` for corpora of many GB), which the
 Rust trainer then reads in parallel.
 
-Residual risk, for the record: the trainer's heap can hold two entries for the same
-pair with equal counts (a stale one re-pushed, and one pushed for new occurrences);
-which pops first depends on the heap's layout, which hash order can influence, and the
-two orders can interleave later merges differently. We have never observed it: every
-repeated run so far was byte-identical (the 2 configurations of the test suite; 3 more
-on 4 MB x 6 processes each; 20 MB uncased at 30,522 entries x 5 processes; 20 MB cased,
---limit-alphabet 200, --unused 99, 28,996 entries x 3 processes), but it is not
-excluded by construction; the determinism test would catch it.
+Measured on the held-out text: the [UNK] rate and tokens per word, where words are BERT's
+(whitespace, then every punctuation character alone, CJK ideographs one by one) whatever
+the model, so the figures of the three models compare.
 """
 from __future__ import annotations
 
@@ -55,68 +30,27 @@ import json
 import os
 import pathlib
 import shutil
-import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, pre_tokenizers
 
 from bertprep.corpus import BottomSample
 from bertprep.errors import BertprepError, check_parent_is_directory, describe_path
 from bertprep.progress import progress_bar
-from bertprep.tokenizer.files import DEFAULT_MAX_CHARS_PER_WORD, SPECIAL_TOKENS, build_tokenizer
-from bertprep.tokenizer.alphabet import (choose_alphabet, complete_alphabet, fit_alphabet, nonzero_counts,
-                                         normalized_char_counts, raw_char_counts, vocab_size_for_repertoires)
-from bertprep.tokenizer.guards import LongWords, train_interruptibly
+from bertprep.tokenizer.alphabet import nonzero_counts, raw_char_counts
+from bertprep.tokenizer.bpe_training import train_bpe
+from bertprep.tokenizer.load import load_tokenizer
 from bertprep.tokenizer.scripts import Normalisation, bert_normalizer, choose_normalisation
+from bertprep.tokenizer.training_config import BYTE_ALPHABET_SIZE, TokenizerTrainingConfig, TrainedModel
+from bertprep.tokenizer.unigram_training import train_unigram
+from bertprep.tokenizer.wordpiece_training import train_wordpiece
 
 REPORT_FILE = "training.json"
 _HASH_SPACE = 1 << 64
-
-
-@dataclass
-class TokenizerTrainingConfig:
-    vocab_size: int = 30522  # exact size of the result when the corpus supports it
-    lowercase: bool = True  # lower-case the text (BERT-uncased)
-    strip_accents: bool | None = None  # None: auto, from the sample's scripts (scripts.py)
-    min_frequency: int = 2  # a merge needs a pair seen at least this often
-    character_coverage: float = 0.9995  # the alphabet covers this share of character occurrences
-    min_alphabet: int = 1000  # ... and holds at least this many characters (the most frequent)
-    limit_alphabet: int | None = None  # instead: exactly the N most frequent characters
-    complete_scripts: bool = True  # add each main script's everyday characters (alphabet.py)
-    unused: int = 0  # reserved [unused0..N-1] slots after [PAD], as Google's vocab
-    max_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD  # longer words -> [UNK]
-    sample_bytes: int | None = None  # train on a deterministic sample of this many bytes
-    heldout_fraction: float = 0.01  # documents (by content hash) kept out of training
-    heldout_max_bytes: int = 2_000_000  # at most this much held-out text is measured
-
-    def __post_init__(self):
-        # Messages name the CLI options, as every user-facing error does.
-        checks = [
-            (self.vocab_size >= 1, "--vocab-size: must be positive"),
-            (self.min_frequency >= 0, "--min-frequency: cannot be negative"),
-            (self.limit_alphabet is None or self.limit_alphabet >= 1, "--limit-alphabet: must be at least 1"),
-            (0.0 < self.character_coverage <= 1.0, "--character-coverage: must be in (0, 1]"),
-            (self.min_alphabet >= 0, "min_alphabet cannot be negative"),
-            (self.unused >= 0, "--unused: cannot be negative"),
-            (self.max_chars_per_word >= 1, "--max-chars-per-word: must be at least 1"),
-            (self.sample_bytes is None or self.sample_bytes > 0, "--sample-bytes: must be positive"),
-            (0.0 <= self.heldout_fraction < 1.0, "--heldout-fraction: must be in [0, 1)"),
-            (self.heldout_max_bytes >= 0, "heldout_max_bytes cannot be negative"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise BertprepError(message)
-        minimum = len(SPECIAL_TOKENS) + self.unused + 1
-        if self.vocab_size < minimum:
-            raise BertprepError(f"--vocab-size: {self.vocab_size:,} is too small: the {len(SPECIAL_TOKENS)} special "
-                                f"tokens and {self.unused:,} [unused] slots leave no room (need at least {minimum:,})")
-
-    def initial_specials(self) -> list[str]:
-        """[PAD], [unused0..N-1], [UNK], [CLS], [SEP], [MASK]: Google's layout."""
-        return ["[PAD]", *(f"[unused{i}]" for i in range(self.unused)), *SPECIAL_TOKENS[1:]]
+_TRAINERS = {"wordpiece": train_wordpiece, "bpe": train_bpe, "unigram": train_unigram}
 
 
 @dataclass
@@ -171,57 +105,25 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
                                     config.strip_accents)
         if on_normalisation is not None:
             on_normalisation(norm)
-        normalizer, pre_tokenizer = bert_normalizer(norm.lowercase, norm.strip_accents), pre_tokenizers.BertPreTokenizer()
-        # Words too long to encode go before anything is counted (guards.py); held-out
-        # text keeps them, as their [UNK]s count in its [UNK] rate.
-        long_words = LongWords(config.max_chars_per_word, norm.lowercase, normalizer, pre_tokenizer,
-                               strip_accents=norm.strip_accents)
-        filtered = long_words.filter_file(split.train_path)
-        if filtered is not None:
-            split.train_bytes = filtered
-        warnings = list(split.warnings) + norm.warnings + ([long_words.warning()] if long_words.dropped else [])
-        char_counts = normalized_char_counts(raw_char_counts(split.train_path), normalizer, pre_tokenizer)
-        alphabet = choose_alphabet(char_counts, config.character_coverage, config.limit_alphabet,
-                                   normalizer, pre_tokenizer, config.min_alphabet)
-        room = config.vocab_size - len(config.initial_specials())
-        kept = replace(alphabet)  # the coverage rule's alphabet, before the vocabulary cuts it
-        fit_dropped = fit_alphabet(alphabet, char_counts, room)
-        needed = None
-        if config.complete_scripts and config.limit_alphabet is None:
-            complete_alphabet(alphabet, norm.scripts, config.vocab_size, room, normalizer, pre_tokenizer)
-            if alphabet.not_completed:
-                needed = vocab_size_for_repertoires(kept, norm.scripts, len(config.initial_specials()),
-                                                    normalizer, pre_tokenizer)
-        if fit_dropped:
-            warnings.append(f"--vocab-size {config.vocab_size:,} leaves room for only {len(alphabet.characters):,} "
-                            f"initial characters: {fit_dropped:,} rare characters left out (they encode as [UNK])")
-        vocab = _run_trainer(split.train_path, config, alphabet.characters, alphabet.continuing, normalizer,
-                             pre_tokenizer, progress)
-        shortfall = config.vocab_size - len(vocab)
+        trained = _TRAINERS[config.model](split.train_path, config, norm, progress)
+        if trained.training_bytes is not None:
+            split.train_bytes = trained.training_bytes
+        warnings = list(split.warnings) + norm.warnings + trained.warnings
+        shortfall = config.vocab_size - trained.vocab_size
         if shortfall > 0:
-            warnings.append(f"vocabulary has {len(vocab):,} entries, {shortfall:,} fewer than --vocab-size: "
+            warnings.append(f"vocabulary has {trained.vocab_size:,} entries, {shortfall:,} fewer than --vocab-size: "
                             "the corpus has too few distinct words")
-        loaded = build_tokenizer(vocab, norm.lowercase, config.max_chars_per_word, strip_accents=norm.strip_accents)
-        unk_rate, tokens_per_word, words = _measure(loaded, split.measure_path)
-        report = TrainingReport(
-            vocab_size=len(vocab), requested_vocab_size=config.vocab_size, shortfall=max(shortfall, 0),
-            alphabet_size=len(alphabet.characters), alphabet_dropped=alphabet.dropped,
-            alphabet_dropped_share=alphabet.dropped_share, alphabet_completed=dict(alphabet.completed),
-            alphabet_not_completed=list(alphabet.not_completed), vocab_size_for_repertoires=needed,
-            unk_rate=unk_rate, tokens_per_word=tokens_per_word, heldout_words=words,
-            heldout_documents=split.heldout_documents, measured_on=split.measured_on,
-            corpus_bytes=split.corpus_bytes, corpus_documents=split.corpus_documents,
-            training_bytes=split.train_bytes, training_documents=split.train_documents,
-            seconds=0.0, fingerprint=loaded.fingerprint(), out_dir=str(out_dir), normalisation=norm,
-            warnings=warnings,
-        )
+        words_of = None if trained.count_model_words else _bert_words(norm)
+        measured = _measure(trained.tokenizer, trained.unk_id, split.measure_path, words_of)
         staged = work / "tokdir"
-        loaded.save(staged)
+        trained.save(staged)
+        fingerprint = trained.fingerprint or load_tokenizer(staged).fingerprint()
+        report = _report(config, split, trained, measured, fingerprint, norm, warnings, out_dir)
         report.seconds = time.perf_counter() - started
         # Without the timing and the output path, so the whole TOKDIR is reproducible.
         recorded = {k: v for k, v in asdict(report).items() if k not in ("seconds", "out_dir")}
         (staged / REPORT_FILE).write_text(json.dumps(
-            {"config": asdict(config), "report": recorded}, indent=2, ensure_ascii=False) + "\n",
+            {"config": config.recorded(), "report": recorded}, indent=2, ensure_ascii=False) + "\n",
             encoding="utf-8")
         _publish(staged, out_dir, overwrite)
         return report
@@ -233,6 +135,27 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _report(config: TokenizerTrainingConfig, split, trained: TrainedModel, measured: tuple, fingerprint: str,
+            norm: Normalisation, warnings: list[str], out_dir: pathlib.Path) -> TrainingReport:
+    alphabet = trained.alphabet  # None: byte-level BPE, whose alphabet is the 256 bytes
+    unk_rate, tokens_per_word, words = measured
+    return TrainingReport(
+        vocab_size=trained.vocab_size, requested_vocab_size=config.vocab_size,
+        shortfall=max(config.vocab_size - trained.vocab_size, 0),
+        alphabet_size=len(alphabet.characters) if alphabet else BYTE_ALPHABET_SIZE,
+        alphabet_dropped=alphabet.dropped if alphabet else 0,
+        alphabet_dropped_share=alphabet.dropped_share if alphabet else 0.0,
+        alphabet_completed=dict(alphabet.completed) if alphabet else {},
+        alphabet_not_completed=list(alphabet.not_completed) if alphabet else [],
+        vocab_size_for_repertoires=trained.vocab_size_for_repertoires,
+        unk_rate=unk_rate, tokens_per_word=tokens_per_word, heldout_words=words,
+        heldout_documents=split.heldout_documents, measured_on=split.measured_on,
+        corpus_bytes=split.corpus_bytes, corpus_documents=split.corpus_documents,
+        training_bytes=split.train_bytes, training_documents=split.train_documents,
+        seconds=0.0, fingerprint=fingerprint, out_dir=str(out_dir), normalisation=norm, warnings=warnings,
+    )
 
 
 # ---------------------------------------------------------------- output directory
@@ -336,42 +259,26 @@ def _normalizer(lowercase: bool, strip_accents: bool | None = None):
 # ---------------------------------------------------------------- training and measuring
 
 
-def _run_trainer(train_path, config, alphabet, continuing, normalizer, pre_tokenizer, progress) -> list[str]:
-    specials = config.initial_specials()
-    initial = [*specials, *alphabet, *("##" + ch for ch in continuing)]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##",
-                                           max_input_chars_per_word=config.max_chars_per_word))
-    tokenizer.normalizer = normalizer
-    tokenizer.pre_tokenizer = pre_tokenizer
-    trainer = trainers.WordPieceTrainer(
-        # The trainer's bars go to stderr but its line ends to stdout: only on a terminal.
-        vocab_size=config.vocab_size, min_frequency=config.min_frequency,
-        show_progress=progress and sys.stderr.isatty(),
-        special_tokens=initial, limit_alphabet=0, continuing_subword_prefix="##",
-    )
-    train_interruptibly(tokenizer, [str(train_path)], trainer)
-    token_to_id = tokenizer.get_vocab(with_added_tokens=False)
-    vocab = sorted(token_to_id, key=token_to_id.__getitem__)
-    if vocab[:len(initial)] != initial or [token_to_id[t] for t in vocab] != list(range(len(vocab))):
-        raise RuntimeError("WordPieceTrainer did not keep the initial tokens in order; "
-                           "this tokenizers version breaks the determinism recipe")
-    # Merges only append, so the tail is the last merges: trim it if the trainer overshoots.
-    return vocab[:config.vocab_size]
+def _bert_words(norm: Normalisation):
+    """BERT's words of a line (module docstring), under the run's normalisation."""
+    normalizer, pre_tokenizer = bert_normalizer(norm.lowercase, norm.strip_accents), pre_tokenizers.BertPreTokenizer()
+    return lambda line: len(pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
 
 
-def _measure(loaded, path: pathlib.Path, batch_lines: int = 4096) -> tuple[float | None, float | None, int]:
-    """([UNK] tokens / tokens, tokens / word, words) over the lines of `path`."""
-    unk, tokens, words = loaded.special.unk, 0, 0
-    unk_tokens = 0
+def _measure(tokenizer: Tokenizer, unk: int | None, path: pathlib.Path, words_of: Callable[[str], int] | None = None,
+             batch_lines: int = 4096) -> tuple[float | None, float | None, int]:
+    """([UNK] tokens / tokens, tokens / word, words) over the lines of `path`; words are
+    the tokenizer's pre-tokenizer words, or `words_of(line)` when given."""
+    tokens, words, unk_tokens = 0, 0, 0
     with open(path, encoding="utf-8", errors="replace") as handle:
         lines = [line.rstrip("\n") for line in handle]
     for start in range(0, len(lines), batch_lines):
-        for encoding in loaded.tokenizer.encode_batch(lines[start:start + batch_lines], add_special_tokens=False):
+        batch = lines[start:start + batch_lines]
+        for line, encoding in zip(batch, tokenizer.encode_batch(batch, add_special_tokens=False)):
             ids = encoding.ids
             tokens += len(ids)
             unk_tokens += ids.count(unk)
-            word_ids = encoding.word_ids
-            words += len(set(word_ids))
+            words += len(set(encoding.word_ids)) if words_of is None else words_of(line)
     if not tokens:
         return None, None, 0
     return unk_tokens / tokens, tokens / max(words, 1), words
