@@ -1,10 +1,13 @@
-"""Question-answering windows: `[CLS] question [SEP] context-window [SEP]` over long
-contexts, with start/end labels, character offsets and max-context flags.
+"""Question-answering windows: the question as text A and a window of the context as
+text B in the tokenizer's pair template (`[CLS] question [SEP] context-window [SEP]`,
+RoBERTa's `<s> question </s></s> context-window </s>`), over long contexts, with
+start/end labels, character offsets and max-context flags.
 
 The windowing is Google's `run_squad.py` (`convert_examples_to_features`):
 - the question is segment A, cut to `max_query_length` tokens;
-- the context is cut into windows of `max_seq_length - len(question) - 3` tokens whose
-  starts are `doc_stride` tokens apart (Google's `doc_stride` is the step between window
+- the context is cut into windows of `max_seq_length - len(question) - specials` tokens
+  (specials: the template's, 3 for BERT, 4 for RoBERTa) whose starts are `doc_stride`
+  tokens apart (Google's `doc_stride` is the step between window
   starts; transformers' `stride`/run_qa.py's `--doc_stride` is the overlap, which is
   `window length - doc_stride` here), the last window ending at the context's end;
 - each context token is scored only in the window where it has the most context
@@ -12,12 +15,22 @@ The windowing is Google's `run_squad.py` (`convert_examples_to_features`):
   window length, first window on ties; computed in integers as 100 * min + length,
   which orders exactly as Google's sum does).
 
+With transformers' `stride` = window length - doc_stride, the windows' ids are those of
+`tokenizer(question, context, truncation="only_second", max_length=max_seq_length,
+stride=stride, return_overflowing_tokens=True)`.
+
 Tokens and their character offsets come from `tokenizers` (our `LoadedTokenizer`), so a
 token's offsets index the ORIGINAL context, whatever the normalizer did (lower-casing,
-accent stripping, a lower-cased "İ" becoming two characters). The answer's labels are
-the first context token ending after the answer's first character and the last one
-starting before its end, as run_qa.py labels from offsets; an answer not wholly inside a
-window labels that window's [CLS] (position 0), as do unanswerable (v2.0) questions.
+accent stripping, a lower-cased "İ" becoming two characters). A byte-level BPE or
+SentencePiece token carries its word's leading space (Ġ, ▁), and its offsets may include
+that space (ModernBERT's TemplateProcessing and SentencePiece's ▁ keep it; RoBERTa's
+RobertaProcessing trims it, `trim_offsets`): offsets are trimmed of the whitespace at
+either end here, as RobertaProcessing trims them, so an answer cut from them is the
+answer's characters alone (WordPiece tokens hold no whitespace: nothing to trim). The
+answer's labels are the first context token ending after the answer's first character
+and the last one starting before its end, as run_qa.py labels from offsets; an answer
+not wholly inside a window labels that window's first token ([CLS], <s>: position 0),
+as do unanswerable (v2.0) questions.
 
 Each context is tokenized once however many questions share it, in one `tokenizers`
 batch (for the offsets); questions, which need only ids, go through bertprep's bulk
@@ -53,13 +66,13 @@ class QAFeatures:
     """W windows; per-token arrays hold every window's tokens end to end."""
 
     input_ids: np.ndarray  # (N,) int32
-    token_type_ids: np.ndarray  # (N,) int8: 0 for [CLS] question [SEP], 1 for context [SEP]
+    token_type_ids: np.ndarray  # (N,) int8: the template's (BERT: 0 for [CLS] question [SEP], 1 for context [SEP])
     offsets: np.ndarray  # (N, 2) int32 [start, end) characters in the example's context; NOT_CONTEXT elsewhere
     token_is_max_context: np.ndarray  # (N,) bool: this window is where the token has most context
     row_splits: np.ndarray  # (W + 1,) int64: window w is tokens row_splits[w]:row_splits[w + 1]
     example_index: np.ndarray  # (W,) int32: index into the examples list given
     window_start: np.ndarray  # (W,) int32: the window's first context token, counted in the context
-    context_position: np.ndarray  # (W,) int32: where the context starts in the window (question + 2)
+    context_position: np.ndarray  # (W,) int32: where the context starts in the window (BERT: question + 2)
     start_positions: np.ndarray | None  # (W,) int32 labels when training, 0 = [CLS]
     end_positions: np.ndarray | None
     skipped: list[SkippedExample] = field(default_factory=list)  # training examples left out
@@ -111,12 +124,14 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
         kept = [i for i in kept if _answer_ok(examples[i], skipped)]
     contexts: dict[str, int] = {}
     context_of = np.array([contexts.setdefault(examples[i].context, len(contexts)) for i in kept], np.int64)
-    encoder = loaded.tokenizer
-    ctx_ids, ctx_offsets, ctx_splits = _encode_with_offsets(encoder, list(contexts))
+    template = loaded.template
+    ctx_ids, ctx_offsets, ctx_splits = _encode_with_offsets(loaded.tokenizer, list(contexts))
+    if loaded.kind != "wordpiece":
+        ctx_offsets = _trim_whitespace(list(contexts), ctx_offsets, ctx_splits)
     q_ids, q_splits = _encode_ids(loaded, [examples[i].question for i in kept])
     questions_cut = int(np.count_nonzero(np.diff(q_splits) > max_query_length))
     q_len = np.minimum(np.diff(q_splits), max_query_length)
-    max_doc = max_seq_length - q_len - 3
+    max_doc = max_seq_length - q_len - template.pair_specials
     for j in np.flatnonzero(max_doc < 1)[:1]:
         example = examples[kept[j]]
         raise BertmodelError(
@@ -141,22 +156,23 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
     start = ((np.arange(len(owner)) - first[owner]) * step[owner]).astype(np.int64)
     length = np.minimum(max_doc[owner], n_ctx[owner] - start)
     ql = q_len[owner]
-    total = ql + length + 3
+    n_prefix, n_middle = len(template.prefix), len(template.middle)
+    context_at = n_prefix + ql + n_middle  # (W,) where each window's context starts
+    total = context_at + length + len(template.suffix)
     row_splits = np.concatenate([[0], np.cumsum(total)]).astype(np.int64)
     # For each token: its window, its position in the window, and what it is.
     tok_window = np.repeat(np.arange(len(owner)), total)
     pos = np.arange(int(row_splits[-1])) - row_splits[tok_window]
-    w_ql = ql[tok_window]
-    doc_pos = start[tok_window] + pos - w_ql - 2  # the token's place in its context
-    is_ctx = (pos >= w_ql + 2) & (pos < w_ql + 2 + length[tok_window])
+    w_ql, w_context_at = ql[tok_window], context_at[tok_window]
+    w_context_end = w_context_at + length[tok_window]
+    doc_pos = start[tok_window] + pos - w_context_at  # the token's place in its context
+    is_ctx = (pos >= w_context_at) & (pos < w_context_end)
     ctx_index = ctx_splits[context_of[owner]][tok_window] + doc_pos
-    q_index = q_splits[q_rows[owner]][tok_window] + pos - 1
-    is_q = (pos >= 1) & (pos <= w_ql)
-    input_ids = np.full(len(pos), loaded.special.sep, np.int32)
-    input_ids[pos == 0] = loaded.special.cls
+    q_index = q_splits[q_rows[owner]][tok_window] + pos - n_prefix
+    is_q = (pos >= n_prefix) & (pos < n_prefix + w_ql)
+    input_ids, token_type_ids = _template_parts(template, pos, w_ql, w_context_at, w_context_end)
     input_ids[is_q] = q_ids[q_index[is_q]]
     input_ids[is_ctx] = ctx_ids[ctx_index[is_ctx]]
-    token_type_ids = (pos >= w_ql + 2).astype(np.int8)
     offsets = np.full((len(pos), 2), NOT_CONTEXT, np.int32)
     offsets[is_ctx] = ctx_offsets[ctx_index[is_ctx]]
     best = _max_context_windows(n_ctx, max_doc, step, count)  # per (example, context token)
@@ -168,15 +184,61 @@ def prepare_qa_features(examples: list[SquadExample], tokenizer, max_seq_length:
     starts = ends = None
     if training:
         inside = (span[owner, 0] >= start) & (span[owner, 1] < start + length) & (span[owner, 0] >= 0)
-        shift = ql + 2 - start
+        shift = context_at - start
         starts = np.where(inside, span[owner, 0] + shift, 0).astype(np.int32)
         ends = np.where(inside, span[owner, 1] + shift, 0).astype(np.int32)
     return QAFeatures(
         input_ids=input_ids, token_type_ids=token_type_ids, offsets=offsets,
         token_is_max_context=max_context, row_splits=row_splits,
         example_index=np.asarray(kept, np.int32)[owner], window_start=start.astype(np.int32),
-        context_position=(ql + 2).astype(np.int32), start_positions=starts, end_positions=ends,
+        context_position=context_at.astype(np.int32), start_positions=starts, end_positions=ends,
         skipped=skipped, questions_cut=questions_cut)
+
+
+def _template_parts(template, pos, q_len, context_at, context_end) -> tuple[np.ndarray, np.ndarray]:
+    """(input ids, token type ids) of every window token (per token: its position, its
+    window's question length, context start and end) from the pair template: the special
+    tokens where they fall (prefix, middle after the question, suffix after the context)
+    and the texts' type ids; the caller fills in the question's and context's ids."""
+    input_ids = np.zeros(len(pos), np.int32)
+    types = np.full(len(pos), template.a_type, np.int8)
+    types[(pos >= context_at) & (pos < context_end)] = template.b_type
+    middle_at = len(template.prefix) + q_len
+    for parts, part_types, at, present in (
+            (template.prefix, template.prefix_types, np.zeros_like(pos), pos < len(template.prefix)),
+            (template.middle, template.middle_types, middle_at, (pos >= middle_at) & (pos < context_at)),
+            (template.suffix, template.suffix_types, context_end, pos >= context_end)):
+        where = np.flatnonzero(present)
+        input_ids[where] = np.asarray(parts, np.int32)[pos[where] - at[where]]
+        types[where] = np.asarray(part_types, np.int8)[pos[where] - at[where]]
+    return input_ids, types
+
+
+def _trim_whitespace(texts: list[str], offsets: np.ndarray, splits: np.ndarray) -> np.ndarray:
+    """Token offsets (text t's tokens are splits[t]:splits[t + 1], counted from its start)
+    moved inside the whitespace at either end of each token, as RobertaProcessing's
+    `trim_offsets` moves them (a whitespace-only token keeps an empty span at its end)."""
+    if not len(offsets):
+        return offsets
+    lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+    base = np.repeat(np.cumsum(lengths) - lengths, np.diff(splits))  # each token's text, where it starts
+    codes = np.frombuffer("".join(texts).encode("utf-32-le"), np.uint32)
+    kept = ~np.isin(codes, _whitespace_codes())
+    n = len(codes)
+    index = np.arange(n + 1)
+    # next_kept[i]: the first non-space position >= i (n when none); after_kept[i]: one
+    # past the last non-space position < i (0 when none).
+    next_kept = np.minimum.accumulate(np.where(np.append(kept, True), index, n)[::-1])[::-1]
+    after_kept = np.maximum.accumulate(np.concatenate([[0], np.where(kept, index[1:], 0)]))
+    start, end = offsets[:, 0] + base, offsets[:, 1] + base
+    new_start = np.minimum(next_kept[start], end)
+    new_end = np.maximum(after_kept[end], new_start)
+    return np.stack([new_start - base, new_end - base], axis=1).astype(offsets.dtype)
+
+
+def _whitespace_codes() -> np.ndarray:
+    # Every character str.isspace() accepts lies below U+3001 (U+3000 is the last).
+    return np.asarray([c for c in range(0x3001) if chr(c).isspace()], np.uint32)
 
 
 def _check_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
@@ -227,7 +289,9 @@ def _sentence_encoder(loaded):
 
     held = _ENCODERS.get(id(loaded))
     if held is None or held[0] is not loaded:
-        held = _ENCODERS[id(loaded)] = (loaded, SentenceEncoder(loaded))
+        # nanotoken reads WordPiece pipelines only; the others are encoded by tokenizers.
+        engine = "auto" if loaded.kind == "wordpiece" else "tokenizers"
+        held = _ENCODERS[id(loaded)] = (loaded, SentenceEncoder(loaded, engine))
     return held[1]
 
 
