@@ -18,6 +18,8 @@ part), transformers none, as RoBERTa's tokenizer gives none: one token type, not
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -143,6 +145,89 @@ def test_logits_equal_transformers_at_mixed_lengths(kernel):
                 out, ref = ours(ids, segments, mask).logits, theirs(input_ids=ids, attention_mask=mask).logits
                 out, ref = (out[real], ref[real]) if kind == "tokens" else (out, ref)
         torch.testing.assert_close(out, ref, atol=FLOAT64_TOL, rtol=FLOAT64_TOL, msg=kind)
+
+
+# -- export and import --------------------------------------------------------------------
+
+def their_outputs(model, ids, mask) -> torch.Tensor:
+    """A transformers head's logits (start and end stacked for QA, the hidden states for a bare encoder)."""
+    if ids.shape[0] == 2 and isinstance(model, (transformers.RobertaForMultipleChoice,
+                                                transformers.XLMRobertaForMultipleChoice)):
+        return model(input_ids=ids[None], attention_mask=mask[None]).logits
+    out = model(input_ids=ids, attention_mask=mask)
+    if hasattr(out, "start_logits"):
+        return torch.stack([out.start_logits, out.end_logits])
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def our_outputs(model, ids, mask) -> torch.Tensor:
+    segments = torch.ones_like(ids)  # not read: one token type
+    if model.hf_architecture.endswith("ForMultipleChoice"):
+        return model(ids[None], segments[None], mask[None]).logits
+    if model.hf_architecture.endswith("ForMaskedLM"):
+        return model(ids, segments, mask, torch.arange(ids.shape[1]).expand_as(ids)).mlm_logits
+    if model.hf_architecture.endswith("Model"):
+        return model.roberta(ids, segments, mask)
+    out = model(ids, segments, mask)
+    return torch.stack([out.start_logits, out.end_logits]) if hasattr(out, "start_logits") else out.logits
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_export_loads_in_transformers_with_no_missing_keys_and_equal_logits(model_type, tmp_path):
+    """Every head and the bare encoder exported, read by transformers' Auto classes as
+    the Roberta* (or XLMRoberta*) class with no missing, unexpected or mismatched keys,
+    equal outputs in float64 at every position of two full rows; read back by us as the
+    same class and config."""
+    config = tiny(config_class=XLMRobertaConfig if model_type == "xlm-roberta" else RobertaConfig)
+    ids, mask = mixed_batch(2, 12)
+    mask[:] = 1  # every position compared (padding's outputs are no head's)
+    ids = torch.where(ids == 1, 5, ids)
+    autos = {"mlm": "AutoModelForMaskedLM", "classify": "AutoModelForSequenceClassification",
+             "qa": "AutoModelForQuestionAnswering", "tokens": "AutoModelForTokenClassification",
+             "choice": "AutoModelForMultipleChoice", "embed": "AutoModel"}
+    for kind, auto in autos.items():
+        torch.manual_seed(0)
+        labels = (3,) if kind in ("classify", "tokens") else ()
+        ours = (BI_ENCODERS[model_type] if kind == "embed" else HEADS[model_type][kind])(config, *labels)
+        out = tmp_path / kind
+        export_hf(ours, out, head_config={"num_labels": 3} if labels else None)
+        written = json.loads((out / "config.json").read_text())
+        assert (written["model_type"], written["architectures"]) == (model_type, [ours.hf_architecture])
+        theirs, info = getattr(transformers, auto).from_pretrained(out, output_loading_info=True)
+        assert not any(info.values()), (kind, info)
+        assert type(theirs).__name__ == ours.hf_architecture
+        pre = load_pretrained(out)
+        assert pre.architecture == ours.hf_architecture and pre.config == config
+        again = type(ours)(pre.config, *labels)
+        assert load_into(again, pre) == []
+        again.double().eval(), theirs.double().eval()
+        with torch.no_grad():
+            torch.testing.assert_close(our_outputs(again, ids, mask), their_outputs(theirs, ids, mask),
+                                       atol=FLOAT64_TOL, rtol=FLOAT64_TOL, msg=kind)
+
+
+def test_a_transformers_roberta_dir_becomes_our_model(tmp_path):
+    """save_pretrained of transformers' classes (roberta-base's config.json, made tiny:
+    transformers.RobertaConfig's own defaults are BERT's 512 / 2 / 1e-12): the classifier
+    and a bare encoder load into ours, nothing left over, equal logits."""
+    hf = transformers.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=64, num_labels=2, max_position_embeddings=514,
+                                    type_vocab_size=1, layer_norm_eps=1e-5)
+    torch.manual_seed(1)
+    transformers.RobertaForSequenceClassification(hf).save_pretrained(tmp_path / "classify")
+    transformers.RobertaModel(hf).save_pretrained(tmp_path / "bare")
+    pre = load_pretrained(tmp_path / "classify")
+    assert pre.architecture == "RobertaForSequenceClassification" and pre.config.max_sequence_length == 512
+    assert (pre.config.pad_token_id, pre.config.type_vocab_size, pre.config.layer_norm_eps) == (1, 1, 1e-5)
+    ours = HEADS["roberta"]["classify"](pre.config, 2).double().eval()
+    assert load_into(ours, pre) == []
+    theirs = transformers.RobertaForSequenceClassification.from_pretrained(tmp_path / "classify").double().eval()
+    ids, mask = mixed_batch(4, 30)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids, None, mask).logits, theirs(input_ids=ids, attention_mask=mask).logits,
+                                   atol=FLOAT64_TOL, rtol=FLOAT64_TOL)
+    bare = load_pretrained(tmp_path / "bare")
+    assert bare.architecture == "RobertaModel" and all(k.startswith("roberta.") for k in bare.state_dict)
 
 
 # -- training steps ------------------------------------------------------------------------
