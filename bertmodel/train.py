@@ -125,8 +125,9 @@ class TrainConfig(LoopConfig):
             parse_batch_warmup(self.batch_size_warmup)
         if self.rope_theta is not None:
             if self.architecture in ("bert", "roberta") or (self.architecture is None and not self.init_from):
-                raise BertmodelError(f"--rope-theta sets ModernBERT's rotary bases; {self.architecture or 'bert'} has "
-                                     "learned absolute positions (use --architecture modernbert)")
+                named = "RoBERTa" if self.architecture == "roberta" else "BERT"
+                raise BertmodelError(f"--rope-theta sets ModernBERT's rotary bases; {named} has learned absolute "
+                                     "positions (use --architecture modernbert)")
             self.rope_thetas()
 
     def mask_rates(self) -> MaskRateSchedule | None:

@@ -186,5 +186,5 @@ def test_a_fine_tuned_classifier_is_no_embedder(beir_dir, tmp_path):
     line = one_line_failure(invoke("evaluate", run, "--data", beir_dir, *FAST), tmp_path / "none")
     assert line == (f"Error: {run}: a classification run (BertForSequenceClassification), not an embedding model; "
                     "texts are embedded by embed runs, pre-training runs, sentence-transformers directories and "
-                    "transformers BERT, ModernBERT and ELECTRA encoder directories")
+                    "transformers BERT, ModernBERT, RoBERTa, XLM-R and ELECTRA encoder directories")
     assert not (run / "run.trec").exists()
