@@ -31,13 +31,18 @@ def reading_length(task: dict | None) -> int | None:
 def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int,
                     read_length: int | None = None, input_names: list[str] | None = None) -> None:
     """Copy the tokenizer files; add tokenizer_config.json / special_tokens_map.json when
-    the source has only a vocab.txt (AutoTokenizer needs the former to lower-case).
+    the source has only a vocab.txt (AutoTokenizer needs the former to lower-case). A
+    tokenizer of another kind (byte-level BPE, SentencePiece) brings its own, as bertprep
+    saves them (data/tokenizer_info.py): tokenizer.json and a tokenizer_config.json that
+    names its special tokens and its class; BERT's names are never added to it.
 
     model_max_length is where transformers' `truncation=True`, its token-classification
     pipeline and sentence-transformers' CrossEncoder cut an input. A fine-tuned model's
     is `read_length`, the length its run trained and evaluated at, so they read what the
     run read and score as it did. Any other model's is its `max_len` positions (or the
-    tokenizer's own claim within BERT's 512): a pre-trained encoder is a starting point,
+    tokenizer's own claim within BERT's 512, and never more than the model's positions:
+    ModernBERT's tokenizer claims 8,192 whatever model it is saved beside, and an input
+    cut there would overrun a shorter one's): a pre-trained encoder is a starting point,
     and a fine-tuning through transformers caps its --max_seq_length at this value
     (run_glue.py's min(max_seq_length, model_max_length)), so a pre-training run's 128
     must not stop a fine-tuning at 512 (which trains the later positions, as BERT's
@@ -67,6 +72,8 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
         elif max_len > 512 and (claimed or 0) < max_len:
             # bertprep writes BERT's 512 there; the tokenizer of a longer model must not cut at it
             config["model_max_length"] = max_len
+        elif claimed is not None and claimed > max_len:
+            config["model_max_length"] = max_len
         if input_names is not None:
             config["model_input_names"] = list(input_names)
         if (config.get("model_max_length"), config.get("model_input_names")) != (claimed, claimed_names):
@@ -80,7 +87,7 @@ def write_tokenizer(out_dir: Path, tokenizer: TokenizerInfo | None, max_len: int
                   "model_max_length": read_length or max_len, **SPECIAL_TOKENS_MAP,
                   **({"model_input_names": list(input_names)} if input_names is not None else {})}
         (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    if "special_tokens_map.json" not in tokenizer.files:
+    if "special_tokens_map.json" not in tokenizer.files and tokenizer.kind == "wordpiece":
         (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
 
 

@@ -107,7 +107,8 @@ def test_init_from_with_another_tokenizer(shards, tmp_path):
               tokenizer=tokenizer_info(other))
     result = pretrain(shards, tmp_path / "run", "--init-from", tmp_path / "other")
     assert one_line_error(result, tmp_path / "other", exit_code=1) == (
-        f"{tmp_path / 'other'}: its tokenizer differs from the shards' (vocab.txt contents differ)")
+        f"{tmp_path / 'other'}: its tokenizer is not the one {shards} was built with (vocab.txt contents differ); "
+        "use shards built with the model's tokenizer")
     export_hf(BertForPreTraining(BertConfig.preset("tiny", vocab_size=300)), tmp_path / "v300")
     result = pretrain(shards, tmp_path / "run", "--init-from", tmp_path / "v300")
     assert one_line_error(result, exit_code=1) == (

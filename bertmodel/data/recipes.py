@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from bertmodel.data.tokenizer_info import tokenizer_path
 from bertmodel.errors import BertmodelError
 from bertmodel.model.heads import IGNORE_INDEX
 from bertprep.shards import pairing
@@ -63,14 +64,14 @@ def objective_for(requested: str | None, shard_dirs) -> str:
 
 
 def masking_vocabulary(tokenizer) -> Vocabulary:
-    """bertprep's Vocabulary for the run's tokenizer files (the same random-draw pool)."""
+    """bertprep's Vocabulary for the run's tokenizer files (the same random-draw pool);
+    a tokenizer without a mask token is refused in one line naming its files."""
     from bertprep.builder import vocabulary_for_masking
-    from bertprep.tokenizer import load_tokenizer
 
-    source = tokenizer.files.get("vocab.txt") or tokenizer.files.get("tokenizer.json")
-    if source is None:
-        raise BertmodelError("dynamic masking needs the tokenizer's vocab.txt or tokenizer.json")
-    return vocabulary_for_masking(load_tokenizer(source))
+    if not tokenizer.files:
+        raise BertmodelError("dynamic masking needs the tokenizer's files (vocab.txt, tokenizer.json)")
+    tokenizer.require_mask(f"{tokenizer_path(tokenizer)} (dynamic masking)")
+    return vocabulary_for_masking(tokenizer.load())
 
 
 def default_max_predictions(shard_predictions: int, shard_rate: float, rate: float) -> int:

@@ -158,12 +158,11 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
     return TokenizerInfo(
         vocab_size=int(vocab_size), special_ids={k: int(v) for k, v in special.items()},
         fingerprint=tok.get("fingerprint"), vocab_sha256=sha256_file(vocab) if vocab else None,
-        lowercase=lowercase, strip_accents=strip_accents, files=files)
+        lowercase=lowercase, strip_accents=strip_accents, files=files, kind=tok.get("kind") or "wordpiece")
 
 
 def _released_info(path: Path, manifest_tokenizer: dict) -> TokenizerInfo:
     loaded = loaded_tokenizer(path)
-    assert isinstance(loaded, ReleasedTokenizer)
     fingerprint = loaded.fingerprint()
     return TokenizerInfo(
         vocab_size=loaded.vocab_size,

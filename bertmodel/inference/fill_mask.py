@@ -1,11 +1,17 @@
-"""fill-mask: the model's top guesses for each [MASK] in a sentence.
+"""fill-mask: the model's top guesses for each mask token in a sentence.
 
 The tokenizer is the one stored with the model (RUN/hf/, a checkpoint's tokenizer/, or
-an HF dir): tokenizer.json when present, else vocab.txt with BERT's basic + WordPiece
-pipeline, lower-casing and stripping accents as the stored files say (a Korean model's
-guesses are syllables, not the jamo accent stripping would make). The literal "[MASK]"
-is split out of the text before encoding, so it becomes the mask id whatever the
-tokenizer's added-token settings are.
+an HF dir), and the mask is its own: `[MASK]` for BERT and ModernBERT, `<mask>` for
+RoBERTa ("[MASK]" in the text is read as it too, whatever the tokenizer calls it).
+
+A WordPiece tokenizer: tokenizer.json when present, else vocab.txt with BERT's basic +
+WordPiece pipeline, lower-casing and stripping accents as the stored files say (a Korean
+model's guesses are syllables, not the jamo accent stripping would make). The literal
+"[MASK]" is split out of the text before encoding, so it becomes the mask id whatever
+the tokenizer's added-token settings are. Any other kind (byte-level BPE, SentencePiece)
+encodes the whole text with its own pipeline, as transformers' fill-mask pipeline does:
+its mask token is an added token that takes the space before it (`lstrip`), so "is
+<mask>." is the ids of "is", the mask and ".", not of "is " and ".".
 """
 from __future__ import annotations
 
@@ -31,9 +37,12 @@ class Guess:
 def load_tokenizer(tokenizer_info):
     """The model's tokenizer (a `tokenizers.Tokenizer`) as bertprep's loader builds it,
     with the casing and accent stripping the model was trained with (tokenizer_info's,
-    which reads the manifest and tokenizer_config.json before tokenizer.json)."""
+    which reads the manifest and tokenizer_config.json before tokenizer.json); any other
+    kind than WordPiece as its files say."""
     from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
 
+    if tokenizer_info.kind != "wordpiece":
+        return tokenizer_info.load().tokenizer
     files = tokenizer_info.files
     path = files["tokenizer.json"] if "tokenizer.json" in files else files["vocab.txt"]
     try:
@@ -44,6 +53,7 @@ def load_tokenizer(tokenizer_info):
 
 
 def encode_with_masks(tokenizer, text: str, special: dict) -> list[int]:
+    """WordPiece: [CLS], the pieces between the masks, a mask id for each, [SEP]."""
     pieces = text.split(MASK_TEXT)
     ids = [special["cls"]]
     for i, piece in enumerate(pieces):
@@ -52,6 +62,19 @@ def encode_with_masks(tokenizer, text: str, special: dict) -> list[int]:
         if i < len(pieces) - 1:
             ids.append(special["mask"])
     return ids + [special["sep"]]
+
+
+def encode_text(tokenizer_info, tokenizer, text: str) -> list[int]:
+    """The ids the model reads for `text` (module docstring), its masks the mask id."""
+    if tokenizer_info.kind == "wordpiece":
+        return encode_with_masks(tokenizer, text, tokenizer_info.special_ids)
+    mask_text = tokenizer.id_to_token(tokenizer_info.special_ids["mask"])
+    return tokenizer.encode(text.replace(MASK_TEXT, mask_text), add_special_tokens=True).ids
+
+
+def mask_texts(tokenizer_info, tokenizer) -> tuple[str, ...]:
+    """What a text may write for a mask: "[MASK]" and the tokenizer's own mask token."""
+    return tuple(dict.fromkeys((MASK_TEXT, tokenizer.id_to_token(tokenizer_info.special_ids["mask"]))))
 
 
 def fill_mask(model_path, text: str, top_k: int = 5, device: str = "cpu") -> list[list[Guess]]:
@@ -63,18 +86,17 @@ def fill_mask(model_path, text: str, top_k: int = 5, device: str = "cpu") -> lis
 def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu") -> list[list[list[Guess]]]:
     """`fill_mask` for several texts with the model loaded once (each text its own forward,
     so no padding enters the guesses)."""
-    for text in texts:
-        if MASK_TEXT not in text:
-            raise BertmodelError(f"the text has no {MASK_TEXT} to fill" + (f": {text!r}" if len(texts) > 1 else ""))
     pre = load_pretrained(model_path, part="generator")  # of an ELECTRA run, its MLM model
     if pre.tokenizer is None:
-        raise BertmodelError(f"{pre.source}: no tokenizer files (vocab.txt) stored with the model")
-    special = pre.tokenizer.special_ids
-    missing = [k for k in ("cls", "sep", "mask") if k not in special]
-    if missing:
-        raise BertmodelError(f"{pre.source}: the tokenizer lacks {', '.join(missing)}")
+        raise BertmodelError(f"{pre.source}: no tokenizer files (vocab.txt, tokenizer.json) stored with the model")
+    mask_id = pre.tokenizer.require_mask(str(pre.source))
     tokenizer = load_tokenizer(pre.tokenizer)
-    encoded = [encode_with_masks(tokenizer, text, special) for text in texts]
+    masks = mask_texts(pre.tokenizer, tokenizer)
+    for text in texts:
+        if not any(mask in text for mask in masks):
+            raise BertmodelError(f"the text has no {' or '.join(masks)} to fill" + (f": {text!r}" if len(texts) > 1
+                                                                                  else ""))
+    encoded = [encode_text(pre.tokenizer, tokenizer, text) for text in texts]
     for ids in encoded:
         if len(ids) > pre.config.max_sequence_length:
             raise BertmodelError(f"the text is {len(ids)} tokens, more than the model's "
@@ -91,7 +113,7 @@ def fill_masks(model_path, texts: list[str], top_k: int = 5, device: str = "cpu"
                              "fill-mask needs a model pre-trained with masked LM")
     load_into(model, pre)
     model.to(device).eval()
-    return [_guesses(model, tokenizer, ids, special["mask"], top_k, device) for ids in encoded]
+    return [_guesses(model, tokenizer, ids, mask_id, top_k, device) for ids in encoded]
 
 
 def _guesses(model, tokenizer, ids: list[int], mask_id: int, top_k: int, device) -> list[list[Guess]]:

@@ -222,7 +222,10 @@ class PretrainingTask:
             log(f"warning: {cfg.init_from} has no tokenizer files (vocab.txt or tokenizer.json); only the vocab "
                 "size could be checked against the shards'")
         elif diff := pre.tokenizer.same_as(tok):
-            raise BertmodelError(f"{cfg.init_from}: its tokenizer differs from the shards' ({diff})")
+            # Same size, other tokens (another BPE of 50,368 entries): every id would mean
+            # another piece to the model than to the shards.
+            raise BertmodelError(f"{cfg.init_from}: its tokenizer is not the one {cfg.data[0]} was built with "
+                                 f"({diff}); use shards built with the model's tokenizer")
         self._check_positions(pre.config)
         config = pre.config
         if cfg.rope_theta is not None:  # context extension: the same weights, a new RoPE base

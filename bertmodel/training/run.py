@@ -24,6 +24,7 @@ import torch
 from bertmodel.training import checkpoint as ckpt
 from bertmodel.training import parallel
 from bertmodel.data import BatchLoader, SampleOrder
+from bertmodel.data.tokenizer_info import TOKENIZER_FILES, tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import check_export_dir
 from bertmodel.training.host_memory import keep_freed_memory
@@ -156,6 +157,19 @@ def run_training(cfg, make_task, log) -> dict:
         parallel.teardown(d)
 
 
+def check_resume_tokenizer(checkpoint: Path, task, cfg) -> None:
+    """A resume reads its data with the tokenizer the run was trained with (the files its
+    checkpoint keeps): shards of another tokenizer, even of the same size, would give the
+    model other tokens under the same ids, which --allow-changed-options never allows."""
+    saved = Path(checkpoint) / "tokenizer"
+    if not any((saved / name).is_file() for name in TOKENIZER_FILES):
+        return  # a checkpoint written without tokenizer files: nothing to compare
+    if diff := tokenizer_info(saved).same_as(task.tokenizer):
+        reads = ", ".join(map(str, getattr(cfg, "data", None) or [])) or getattr(cfg, "tokenizer", None) or cfg.model
+        raise BertmodelError(f"{checkpoint}: trained with another tokenizer than {reads} holds ({diff}); resume "
+                             "with the run's own data, or use a new --out for a new run")
+
+
 def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     task = all_ranks(lambda: make_task(d, log), d, "the training data (shards or files)")
     rows = len(task.train_set)
@@ -166,6 +180,7 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     if resume is not None:
         # What the run is, and what it was trained on, before any of it is loaded.
         check_task_of_checkpoint(run, resume, task.name)
+        check_resume_tokenizer(latest, task, cfg)
         check_resume_inputs(resume.get("inputs"), inputs, cfg, log,  # a head's label set, before it is loaded
                             legacy_labels=(resume.get("task") or {}).get("label_space"))
         model = task.model_for_checkpoint(resume)
