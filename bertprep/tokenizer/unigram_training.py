@@ -10,8 +10,8 @@ The alphabet is chosen as WordPiece's (alphabet.py: character coverage, at least
 1,000 most frequent, each main script's everyday repertoire), without "##" forms: every
 character of the alphabet becomes a piece (the trainer's `initial_alphabet`). The
 trainer keeps every character it sees, so the words holding a character outside the
-alphabet are left out of its text (`leave_out_words_with`): they would encode with an
-[UNK] anyway, as in SentencePiece, whose `character_coverage` this is.
+alphabet are left out of the text it reads (`leave_out_words_with`): they would encode
+with an [UNK] anyway, as in SentencePiece, whose `character_coverage` this is.
 
 Determinism. The trainer is not reproducible run to run as it stands: it iterates its
 word HashMap (random order per process) and sums expected counts in parallel chunks, so
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import sys
 
@@ -65,34 +66,33 @@ def character_pre_tokenizer() -> pre_tokenizers.Sequence:
                                     pre_tokenizers.Split(Regex("."), behavior="isolated")])
 
 
-def leave_out_words_with(path, characters: set[str]) -> tuple[int, int] | None:
-    """Rewrite the UTF-8 text file `path` without the whitespace-separated words holding
-    any of `characters` (raw characters). Returns (its new size in bytes, words left out),
-    or None when no line held one (the file is then only read)."""
+def leave_out_words_with(source, target, characters: set[str]) -> tuple[int, int] | None:
+    """Copy the UTF-8 text file `source` to `target` without the whitespace-separated
+    words holding any of `characters` (raw characters). Returns (the copy's size in bytes,
+    words left out), or None when no line held one (then `source` is only read)."""
     if not characters:
         return None
     holds = re.compile("[" + "".join(re.escape(ch) for ch in sorted(characters)) + "]")
-    staged, size, left_out = f"{path}.filtered", 0, 0
-    with open(path, encoding="utf-8", errors="replace", newline="") as source, \
-            open(staged, "w", encoding="utf-8", newline="") as target:
-        for line in source:
+    size, left_out = 0, 0
+    with open(source, encoding="utf-8", errors="replace", newline="") as lines, \
+            open(target, "w", encoding="utf-8", newline="") as copy:
+        for line in lines:
             if holds.search(line):
                 words = line.split()
                 kept = [word for word in words if not holds.search(word)]
                 left_out += len(words) - len(kept)
                 line = " ".join(kept) + "\n"
-            target.write(line)
+            copy.write(line)
             size += len(line.encode("utf-8"))
     if not left_out:
-        os.remove(staged)
+        os.remove(target)
         return None
-    os.replace(staged, path)
     return size, left_out
 
 
 def train_unigram(train_path, config: TokenizerTrainingConfig, norm: Normalisation, progress: bool) -> TrainedModel:
-    """The Unigram tokenizer trained on the lines of `train_path` (which loses the words
-    holding a character outside the alphabet): the special tokens first (ids 0..), then
+    """The Unigram tokenizer trained on the lines of `train_path`, less the words holding
+    a character outside the alphabet: the special tokens first (ids 0..), then
     the pieces by score, `config.vocab_size` entries in all unless the text has too few."""
     specials = config.initial_specials()
     normalizer, counting = subword_normalizer(norm.lowercase, norm.strip_accents), character_pre_tokenizer()
@@ -104,11 +104,15 @@ def train_unigram(train_path, config: TokenizerTrainingConfig, norm: Normalisati
     kept = set(alphabet.characters)
     outside = {chr(cp) for cp in raw_counts.nonzero()[0].tolist()
                if any(ch not in kept and not ch.isspace() for ch in normalizer.normalize_str(chr(cp)))}
-    rewritten = leave_out_words_with(train_path, outside)
+    # A copy, so that text measured after training (the training text itself when nothing
+    # was held out) keeps those words and their [UNK]s.
+    filtered = pathlib.Path(f"{train_path}.in-alphabet")
+    rewritten = leave_out_words_with(train_path, filtered, outside)
     if rewritten is not None:
         warnings.append(f"left out {rewritten[1]:,} words holding characters outside the alphabet from training "
                         "(they encode with [UNK])")
-    tokenizer = _train(train_path, config.vocab_size, specials, alphabet.characters, char_counts, normalizer, progress)
+    tokenizer = _train(filtered if rewritten else train_path, config.vocab_size, specials, alphabet.characters,
+                       char_counts, normalizer, progress)
     return TrainedModel(tokenizer=tokenizer, vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
                         unk_id=tokenizer.token_to_id("[UNK]"), save=lambda directory: write_files(tokenizer, directory),
                         alphabet=alphabet, vocab_size_for_repertoires=needed,
