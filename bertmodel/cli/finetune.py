@@ -258,8 +258,9 @@ def classify(**options):
     """Fine-tune [CLS] -> linear for classification (or regression with --num-labels 1).
 
     Data: TSV/CSV with a header (GLUE's layout), JSONL, Parquet, a save_to_disk dir or
-    --dataset NAME. Pairs go in as [CLS] A [SEP] B [SEP] with --text-pair-column.
-    RUN/hf is a transformers BertForSequenceClassification dir (the best model).
+    --dataset NAME. Pairs go in with --text-pair-column, in the tokenizer's own pair
+    template ([CLS] A [SEP] B [SEP]; RoBERTa's <s> A </s></s> B </s>). RUN/hf is a
+    transformers ...ForSequenceClassification dir of the model's family (the best model).
 
     \b
     Example:
@@ -317,8 +318,9 @@ def tokens(**options):
 def choice(**options):
     """Fine-tune multiple choice: a score per choice, the best one picked.
 
-    Each choice is encoded as [CLS] context [SEP] question + choice [SEP] and scored from
-    its [CLS]. Data: SWAG's CSV (sent1, sent2, ending0..3, label; known by its header),
+    Each choice is encoded as the pair (context, question + choice) in the tokenizer's
+    template ([CLS] context [SEP] question choice [SEP] for BERT) and scored from its first
+    token. Data: SWAG's CSV (sent1, sent2, ending0..3, label; known by its header),
     or CSV/JSONL/Parquet/a save_to_disk dir/--dataset with a context, an optional
     question, the choices (a list column, or --choice-columns) and the index of the right
     one. Any number of choices >= 2, the same in every row. Metric: accuracy. RUN/hf is a

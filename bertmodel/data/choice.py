@@ -10,9 +10,10 @@ An example is a context, an optional question and C >= 2 choices, one of them ri
   one and none is named), and the choices as one list column or as one column per choice.
 Every record has the same number of choices (the batch is (B, C, T)).
 
-Each choice becomes `[CLS] context [SEP] question + " " + choice [SEP]` (run_swag's
-`f"{header} {end}"`), with token_type_ids 0 then 1 and the pair cut "longest_first" as
-classification cuts it: data/classification.py encodes the N * C flat pairs in bulk, and
+Each choice becomes the pair (context, question + " " + choice) (run_swag's
+`f"{header} {end}"`) in the tokenizer's pair template, `[CLS] context [SEP] question
+choice [SEP]` with token_type_ids 0 then 1 for BERT (RoBERTa's `<s> A </s></s> B </s>`,
+one type), and the pair cut "longest_first" as classification cuts it: data/classification.py encodes the N * C flat pairs in bulk, and
 choice j of example i is flat row i * C + j. `pad_choices` pads a batch to (B, C, T_max).
 """
 from __future__ import annotations
@@ -207,7 +208,8 @@ class EncodedChoices:
 
 def encode_choices(tokenizer, examples: ChoiceExamples, max_seq_length: int = 128,
                    engine: str = "auto") -> EncodedChoices:
-    """Every choice of every example as `[CLS] context [SEP] question choice [SEP]`."""
+    """Every choice of every example as the pair (context, question choice), wrapped in
+    the tokenizer's template (`[CLS] context [SEP] question choice [SEP]` for BERT)."""
     C = examples.num_choices
     firsts = [c for c in examples.contexts for _ in range(C)]
     seconds = examples.seconds()
