@@ -411,8 +411,9 @@ def text_word_pieces(tok, text: str) -> tuple[list[tuple[int, int]], list[np.nda
       at the text's start or with a space just before or at its start; an unknown token
       always starts a word.
 
-    A word's characters leave out the space its first token may carry (ModernBERT's Ġ and
-    SentencePiece's ▁ offsets include it; transformers' pipeline reports it) and reach
+    A word's characters leave out the whitespace at its ends (the space ModernBERT's Ġ and
+    SentencePiece's ▁ tokens carry is inside their offsets, and transformers' pipeline
+    reports it as part of the entity; RoBERTa's offsets are trimmed already) and reach
     past the marks accent stripping deleted, so an entity is the user's whole word."""
     encoding = tok.tokenizer.encode(text, add_special_tokens=False)
     prefix = getattr(tok.tokenizer.model, "continuing_subword_prefix", None)
@@ -434,14 +435,19 @@ def text_word_pieces(tok, text: str) -> tuple[list[tuple[int, int]], list[np.nda
         else:
             words[-1][1], words[-1][3] = end, t + 1
     ids = np.asarray(encoding.ids, np.int32)
-    spans = [(_skip_space(text, s, e), span_end(text, e)) for s, e, _, _ in words]
-    return spans, [ids[a:b] for _, _, a, b in words]
+    spans = [_inside_space(text, s, e) for s, e, _, _ in words]
+    return [(s, span_end(text, e)) for s, e in spans], [ids[a:b] for _, _, a, b in words]
 
 
-def _skip_space(text: str, start: int, end: int) -> int:
+def _inside_space(text: str, start: int, end: int) -> tuple[int, int]:
+    """(start, end) moved inside the whitespace at either end, as RobertaProcessing's
+    trim_offsets moves a token's (a word of whitespace alone keeps an empty span at its
+    end). WordPiece tokens hold no whitespace: nothing moves."""
     while start < end and text[start].isspace():
         start += 1
-    return start
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def text_words(tok, text: str) -> list[tuple[int, int]]:
