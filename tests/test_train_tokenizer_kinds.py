@@ -288,7 +288,8 @@ def test_transformers_agrees_on_every_script(scripts_tokdir):
      "Error: --limit-alphabet: not an option of --model bpe (byte-level BPE starts from the 256 bytes, which "
      "encode any text with no [UNK])"),
     (("--model", "bpe", "--character-coverage", "0.99"), "Error: --character-coverage: not an option of --model bpe"),
-    (("--model", "bpe", "--sample-alphabet"), "Error: --complete-scripts/--sample-alphabet: not an option of --model bpe"),
+    (("--model", "bpe", "--sample-alphabet"),
+     "Error: --complete-scripts/--sample-alphabet: not an option of --model bpe"),
     (("--model", "unigram", "--min-frequency", "2"),
      "Error: --min-frequency: not an option of --model unigram (Unigram prunes pieces by likelihood, not by pair "
      "counts)"),
