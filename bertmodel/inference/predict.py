@@ -341,7 +341,7 @@ def _answer(task, net, d, examples) -> list[dict]:
     from bertmodel.tasks.qa import WindowSet
 
     cfg = task.cfg
-    windows = WindowSet(prepare_qa_features(examples, task.tok, cfg.max_seq_length, cfg.doc_stride,
+    windows = WindowSet(prepare_qa_features(examples, task.loaded, cfg.max_seq_length, cfg.doc_stride,
                                             cfg.max_query_length, training=False), 0, 1)
     predictions, nbest = task.predict(net, examples, windows, d.device, contextlib.nullcontext(), cfg.eval_batch_size)
     out = []

@@ -15,6 +15,7 @@ import torch
 
 from bertmodel.model import HeadModel
 from bertmodel.model.config import BertConfig, config_from_dict
+from bertmodel.data.classification import as_tokenizer
 from bertmodel.data.qa_decode import decode_predictions, write_nbest_predictions, write_predictions
 from bertmodel.data.qa_features import QAFeatures, prepare_qa_features
 from bertmodel.data.squad import read_squad
@@ -82,6 +83,7 @@ class QATask(FinetuningTask):
         """evaluation_only: no training data read (for `bertmodel evaluate`)."""
         super().__init__(cfg, d, log)
         pad, multiple = self.pad, self.multiple
+        self.loaded = as_tokenizer(self.tok)  # loaded once: a SentencePiece model takes seconds to convert
         self.validation = read_examples(cfg, "validation")
         if self.validation is not None and not cfg.version_2:
             # Before any work: the v1.1 metric has no score for them (evaluate, or the
@@ -143,7 +145,7 @@ class QATask(FinetuningTask):
 
     def _features(self, examples, training: bool) -> QAFeatures:
         cfg = self.cfg
-        return prepare_qa_features(examples, self.tok, max_seq_length=cfg.max_seq_length, doc_stride=cfg.doc_stride,
+        return prepare_qa_features(examples, self.loaded, max_seq_length=cfg.max_seq_length, doc_stride=cfg.doc_stride,
                                    max_query_length=cfg.max_query_length, training=training)
 
     @property
