@@ -437,5 +437,7 @@ def test_rerank_listwise_steps_equal_multiple_negatives_ranking_loss(minilm, rer
     batches = rerank_steps.group_batches(minilm, rerank_steps.varied_groups(
         rerank_steps.STEPS * rerank_steps.QUERIES_PER_STEP, skip=100))
     rerank_steps.check_tokens(theirs, batches, listwise=True)
-    rerank_steps.train_against_st(ours, theirs, rerank_steps.listwise_of(theirs), batches, clip=CLIP_LISTWISE,
-                                  lr=1e-3)
+    # lr 1e-4: out_proj.bias shifts every candidate of a query alike, so its gradient is
+    # rounding, which AdamW turns into steps of up to lr x rounding / eps; at 1e-4 eight of
+    # them stay well inside the comparison's 1e-10 (6e-12 measured at 1e-3).
+    rerank_steps.train_against_st(ours, theirs, rerank_steps.listwise_of(theirs), batches, clip=CLIP_LISTWISE)
