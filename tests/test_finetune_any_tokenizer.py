@@ -337,3 +337,44 @@ def test_pretraining_refuses_shards_of_another_tokenizer_of_the_same_size(tmp_pa
         assert len(lines) == 1 and lines[0].startswith(
             f"Error: {run / 'checkpoints' / 'step-1'}: trained with another tokenizer than {other} holds "
             "(tokenizer fingerprint "), resumed.output
+
+
+@pytest.mark.slow  # two short fine-tuning runs and sentence-transformers' models: about 30 s
+def test_embed_and_rerank_exports_read_texts_as_we_do(tmp_path):
+    """From a RoBERTa-layout dir (4 special tokens to a pair): an embed run's export read
+    by SentenceTransformer gives our embedder's vectors, and a rerank run's export read by
+    CrossEncoder tokenizes each (query, passage) as our features, cut at the run's 64."""
+    import json
+
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertmodel.retrieval.embedder import load_embedder
+    from finetune_fixtures import invoke
+
+    model = released_model("roberta-base", tmp_path / "model")
+    first, second = glue_pairs("RTE", "train")
+    rows = [{"query": b, "passage": a, "label": i % 2} for i, (a, b) in enumerate(zip(first[:48], second[:48]))]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    fast = ("--batch-size", 16, "--max-steps", 2, "--no-progress", "--device", "cpu")
+    rerank = invoke("finetune", "rerank", "--model", model, "--train", data, "--validation", data, "--out",
+                    tmp_path / "rerank", "--max-seq-length", 64, *fast)
+    assert rerank.exit_code == 0, rerank.output
+    cross = sentence_transformers.CrossEncoder(str(tmp_path / "rerank" / "hf"), device="cpu")
+    queries, passages = [r["query"] for r in rows], [r["passage"] for r in rows]
+    theirs = cross.tokenizer(queries, passages, truncation=True, return_token_type_ids=True)
+    assert_rows_equal(encode_texts(tmp_path / "rerank" / "hf", queries, passages, 64), theirs)
+    assert max(len(ids) for ids in theirs["input_ids"]) == 64 and theirs["input_ids"][0][:1] == [0]
+
+    pairs = tmp_path / "embed.jsonl"
+    pairs.write_text("".join(json.dumps({"query": r["query"], "positive": r["passage"]}) + "\n" for r in rows),
+                     encoding="utf-8")
+    embed = invoke("finetune", "embed", "--model", model, "--train", pairs, "--out", tmp_path / "embed",
+                   "--max-query-length", 32, "--max-passage-length", 64, *fast)
+    assert embed.exit_code == 0, embed.output
+    hf = tmp_path / "embed" / "hf"
+    vectors = sentence_transformers.SentenceTransformer(str(hf), device="cpu").encode(passages[:16])
+    ours = load_embedder(hf).encode_passages(passages[:16])
+    # float32, two implementations of the same sums: 1e-5 on unit vectors whose rows
+    # differ by far more (checked).
+    np.testing.assert_allclose(vectors, ours, rtol=0, atol=1e-5)
+    assert np.abs(ours[:, None] - ours[None]).max() > 0.1
