@@ -330,6 +330,13 @@ def test_pretraining_refuses_shards_of_another_tokenizer_of_the_same_size(tmp_pa
     lines = refused.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {model}: its tokenizer is not the one {other} was built "
                                                    "with (tokenizer fingerprint "), refused.output
+    # The run's export: transformers' ModernBERT MLM class with the tokenizer's own ids and a
+    # length within the model's 512 positions (the tokenizer's files claim 8,192).
+    assert type(transformers.AutoModelForMaskedLM.from_pretrained(run / "hf")).__name__ == "ModernBertForMaskedLM"
+    exported = transformers.AutoTokenizer.from_pretrained(run / "hf")
+    assert exported.model_max_length == 512 and exported.mask_token_id == 50284
+    assert exported(text.read_text(encoding="utf-8")[:2000])["input_ids"] == reference("modernbert-base")(
+        text.read_text(encoding="utf-8")[:2000])["input_ids"]
     for allow in ((), ("--allow-changed-options",)):
         resumed = invoke("pretrain", "--data", other, "--out", run, "--max-steps", 2, *fast, *allow)
         assert resumed.exit_code == 1
@@ -378,3 +385,30 @@ def test_embed_and_rerank_exports_read_texts_as_we_do(tmp_path):
     # differ by far more (checked).
     np.testing.assert_allclose(vectors, ours, rtol=0, atol=1e-5)
     assert np.abs(ours[:, None] - ours[None]).max() > 0.1
+
+
+@pytest.mark.slow  # a short fine-tuning run of a tiny BERT with a 128,001-entry embedding: about 15 s
+@pytest.mark.parametrize("family", ["deberta-v3-base", "roberta-base"])
+def test_a_bert_trained_with_another_families_tokenizer_exports_that_tokenizer(family, tmp_path):
+    """--model random:tiny --tokenizer DIR: the export is a BertForSequenceClassification
+    whose AutoTokenizer is the tokenizer's own class (its config.json says model_type
+    bert, the tokenizer_config.json names the class) and gives our features; config.json
+    pads with the tokenizer's pad id."""
+    import json
+
+    from finetune_fixtures import invoke
+
+    run = tmp_path / "mrpc"
+    result = invoke("finetune", "classify", "--model", "random:tiny", "--tokenizer", TOKENIZERS / family, "--train",
+                    GLUE / "MRPC" / "train.tsv", "--text-column", "#1 String", "--text-pair-column", "#2 String",
+                    "--label-column", "Quality", "--out", run, "--max-train-examples", 32, "--batch-size", 16,
+                    "--max-steps", 1, "--max-seq-length", 48, "--no-progress", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(run / "hf")
+    assert type(model).__name__ == "BertForSequenceClassification"
+    assert json.loads((run / "hf" / "config.json").read_text())["pad_token_id"] == reference(family).pad_token_id
+    tokenizer = transformers.AutoTokenizer.from_pretrained(run / "hf")
+    assert type(tokenizer).__name__ == type(reference(family)).__name__.removesuffix("Fast")
+    first, second = glue_pairs("MRPC")
+    assert_rows_equal(encode_texts(run / "hf", first, second, 48),
+                      tokenizer(first, second, truncation=True, return_token_type_ids=True))
