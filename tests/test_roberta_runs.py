@@ -14,15 +14,14 @@ import shutil
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from bertmodel.cli import main
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.hf import export_hf, load_into, load_pretrained
 from bertmodel.model import HEADS, RobertaConfig
 from bertmodel.model.config import vocabulary_ids
 from embed_fixtures import SQUAD, distinct_rows
+from finetune_fixtures import invoke, one_line_failure
 from rerank_fixtures import as_pairs, squad_groups, write_jsonl
 from shared_data import SHARED_DATA
 
@@ -34,23 +33,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("roberta-runs")]
 FAST = ("--batch-size", 8, "--no-progress", "--seed", 3, "--device", "cpu")
 
 
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
 def ok(*args):
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     return result
-
-
-def refused(*args, words=()) -> str:
-    result = invoke(*args)
-    assert result.exit_code != 0 and not (result.exception and not isinstance(result.exception, SystemExit))
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    assert all(w in lines[0] for w in words), lines[0]
-    return lines[0]
 
 
 def loads_as(directory, hf_class):
@@ -103,9 +89,9 @@ def test_pretrain_roberta_reads_pairs_as_one_sequence_and_exports_roberta_for_ma
 
 @pytest.mark.parametrize("objective,words", [("mlm+nsp", ("pair head", "roberta")), ("rtd", ("rtd", "roberta"))])
 def test_objectives_roberta_cannot_train_are_refused_in_one_line(shards, tmp_path, objective, words):
-    refused("pretrain", "--architecture", "roberta", "--objective", objective, "--data", shards, "--out",
-            tmp_path / "run", "--preset", "tiny", "--max-steps", 2, *FAST, words=words)
-    assert not (tmp_path / "run").exists()
+    one_line_failure(invoke("pretrain", "--architecture", "roberta", "--objective", objective, "--data", shards,
+                            "--out", tmp_path / "run", "--preset", "tiny", "--max-steps", 2, *FAST),
+                     tmp_path / "run", words)
 
 
 # -- fine-tuning from a transformers RoBERTa directory ------------------------------------
@@ -207,7 +193,6 @@ def test_a_model_padding_with_another_id_than_its_tokenizer_is_refused(roberta_d
     shutil.copytree(roberta_dir, other)
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "pad_token_id": 1}))
-    refused("finetune", "classify", "--model", other, "--train", RTE / "train.tsv", "--text-column", "sentence1",
-            "--text-pair-column", "sentence2", "--out", tmp_path / "run", "--max-train-examples", 8, *FAST,
-            words=("padding id is 1", "pads with 0"))
-    assert not (tmp_path / "run").exists()
+    one_line_failure(invoke("finetune", "classify", "--model", other, "--train", RTE / "train.tsv", "--text-column",
+                            "sentence1", "--text-pair-column", "sentence2", "--out", tmp_path / "run",
+                            "--max-train-examples", 8, *FAST), tmp_path / "run", ("padding id is 1", "pads with 0"))

@@ -26,9 +26,8 @@ from torch import nn
 from bertmodel.model.config import ElectraConfig
 from bertmodel.model.dropout import Dropout
 from bertmodel.model.encoder import BertModel, init_weights
-from bertmodel.model.heads import (ClassificationOutput, HeadModel, MultipleChoiceOutput, QuestionAnsweringOutput,
-                                   TokenClassificationOutput, at_least_fp32, classification_loss, span_loss,
-                                   token_loss)
+from bertmodel.model.heads import (ClassificationOutput, HeadModel, MultipleChoiceOutput, SpanScores, TokenScores,
+                                   at_least_fp32, classification_loss)
 from bertmodel.model.linear import Linear
 
 
@@ -105,24 +104,16 @@ class ElectraForSequenceClassification(ElectraWithHead):
         return ClassificationOutput(classification_loss(logits, labels, self.num_labels), logits)
 
 
-class ElectraForQuestionAnswering(ElectraWithHead):
+class ElectraForQuestionAnswering(SpanScores, ElectraWithHead):
     hf_architecture = "ElectraForQuestionAnswering"
-    reads_padding = True  # start/end softmax over all T positions: never unpadded (model/unpad.py)
 
     def __init__(self, config: ElectraConfig):
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids, attention_mask, start_positions=None,
-                end_positions=None) -> QuestionAnsweringOutput:
-        hidden = self.electra(input_ids, token_type_ids, attention_mask)  # (B, T, H)
-        start_logits, end_logits = at_least_fp32(self.qa_outputs(hidden)).unbind(-1)  # (B, T) each
-        return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
-                                       start_logits, end_logits)
 
-
-class ElectraForTokenClassification(ElectraWithHead):
+class ElectraForTokenClassification(TokenScores, ElectraWithHead):
     hf_architecture = "ElectraForTokenClassification"
 
     def __init__(self, config: ElectraConfig, num_labels: int):
@@ -131,11 +122,6 @@ class ElectraForTokenClassification(ElectraWithHead):
         self.dropout = Dropout(head_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.init_weights()
-
-    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> TokenClassificationOutput:
-        # Unpadded, padding rows come back as zeros; their labels are -100 (heads.py says more).
-        logits = self.classifier(self.dropout(self.electra(input_ids, token_type_ids, attention_mask)))
-        return TokenClassificationOutput(token_loss(logits, labels), logits)
 
 
 class ElectraForMultipleChoice(ElectraWithHead):

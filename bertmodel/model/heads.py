@@ -198,6 +198,32 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tenso
     return F.cross_entropy(at_least_fp32(logits.flatten(0, 1)), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
+class SpanScores:
+    """The forward of every architecture's QuestionAnswering head that reads the encoder's
+    states directly (BERT's, ELECTRA's, RoBERTa's; the class sets up `qa_outputs`)."""
+
+    reads_padding = True  # start/end softmax over all T positions: never unpadded (model/unpad.py)
+
+    def forward(self, input_ids, token_type_ids, attention_mask, start_positions=None,
+                end_positions=None) -> QuestionAnsweringOutput:
+        hidden = self.encoder(input_ids, token_type_ids, attention_mask)  # (B, T, H)
+        start_logits, end_logits = at_least_fp32(self.qa_outputs(hidden)).unbind(-1)  # (B, T) each
+        return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
+                                       start_logits, end_logits)
+
+
+class TokenScores:
+    """The forward of every architecture's TokenClassification head that reads the
+    encoder's states directly (BERT's, ELECTRA's, RoBERTa's; the class sets up `dropout`
+    and `classifier`). Tokens labelled -100 do not count in the loss."""
+
+    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> TokenClassificationOutput:
+        # Unpadded, padding rows come back as zeros: their logits are the bias, and their
+        # labels are -100, so neither the loss nor a prediction reads them.
+        logits = self.classifier(self.dropout(self.encoder(input_ids, token_type_ids, attention_mask)))
+        return TokenClassificationOutput(token_loss(logits, labels), logits)
+
+
 def slot_index(masked_lm_positions: torch.Tensor) -> torch.Tensor:
     """(B, 1 + P): [CLS] then the prediction slots, the rows the last layer computes."""
     B = masked_lm_positions.shape[0]
@@ -288,27 +314,19 @@ class BertForSequenceClassification(BertWithHead):
         return ClassificationOutput(classification_loss(logits, labels, self.num_labels), logits)
 
 
-class BertForQuestionAnswering(BertWithHead):
+class BertForQuestionAnswering(SpanScores, BertWithHead):
     """Start and end scores per token (qa_outputs: H -> 2), no pooler, as transformers."""
 
     hf_architecture = "BertForQuestionAnswering"
     has_pooler = False
-    reads_padding = True  # start/end softmax over all T positions: never unpadded (model/unpad.py)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids, attention_mask, start_positions=None,
-                end_positions=None) -> QuestionAnsweringOutput:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask)  # (B, T, H)
-        start_logits, end_logits = at_least_fp32(self.qa_outputs(hidden)).unbind(-1)  # (B, T) each
-        return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
-                                       start_logits, end_logits)
 
-
-class BertForTokenClassification(BertWithHead):
+class BertForTokenClassification(TokenScores, BertWithHead):
     """A label per token: hidden -> dropout -> linear, no pooler (transformers' class).
     Tokens labelled -100 (padding, [CLS]/[SEP], the later pieces of a word unless every
     piece is labelled) do not count in the loss."""
@@ -322,12 +340,6 @@ class BertForTokenClassification(BertWithHead):
         self.dropout = Dropout(config.hidden_dropout_prob)  # transformers: classifier_dropout or this
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.init_weights()
-
-    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> TokenClassificationOutput:
-        # Unpadded, padding rows come back as zeros: their logits are the bias, and their
-        # labels are -100, so neither the loss nor a prediction reads them.
-        logits = self.classifier(self.dropout(self.bert(input_ids, token_type_ids, attention_mask)))
-        return TokenClassificationOutput(token_loss(logits, labels), logits)
 
 
 class BertForMultipleChoice(BertWithHead):

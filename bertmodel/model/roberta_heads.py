@@ -28,8 +28,8 @@ from bertmodel.model.config import RobertaConfig
 from bertmodel.model.dropout import Dropout
 from bertmodel.model.encoder import init_weights
 from bertmodel.model.heads import (ClassificationOutput, HeadModel, MultipleChoiceOutput, PretrainingOutput,
-                                   QuestionAnsweringOutput, TokenClassificationOutput, at_least_fp32,
-                                   classification_loss, mlm_output, slot_index, span_loss, token_loss)
+                                   SpanScores, TokenScores, at_least_fp32, classification_loss, mlm_output,
+                                   slot_index)
 from bertmodel.model.linear import Linear
 from bertmodel.model.roberta import RobertaModel
 
@@ -128,24 +128,16 @@ class RobertaForSequenceClassification(RobertaWithHead):
         return ClassificationOutput(classification_loss(logits, labels, self.num_labels), logits)
 
 
-class RobertaForQuestionAnswering(RobertaWithHead):
+class RobertaForQuestionAnswering(SpanScores, RobertaWithHead):
     hf_architecture = "RobertaForQuestionAnswering"
-    reads_padding = True  # start/end softmax over all T positions: never unpadded (model/unpad.py)
 
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids, attention_mask, start_positions=None,
-                end_positions=None) -> QuestionAnsweringOutput:
-        hidden = self.roberta(input_ids, token_type_ids, attention_mask)  # (B, T, H)
-        start_logits, end_logits = at_least_fp32(self.qa_outputs(hidden)).unbind(-1)  # (B, T) each
-        return QuestionAnsweringOutput(span_loss(start_logits, end_logits, start_positions, end_positions),
-                                       start_logits, end_logits)
 
-
-class RobertaForTokenClassification(RobertaWithHead):
+class RobertaForTokenClassification(TokenScores, RobertaWithHead):
     hf_architecture = "RobertaForTokenClassification"
 
     def __init__(self, config: RobertaConfig, num_labels: int):
@@ -154,11 +146,6 @@ class RobertaForTokenClassification(RobertaWithHead):
         self.dropout = Dropout(head_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.init_weights()
-
-    def forward(self, input_ids, token_type_ids, attention_mask, labels=None) -> TokenClassificationOutput:
-        # Unpadded, padding rows come back as zeros; their labels are -100 (heads.py says more).
-        logits = self.classifier(self.dropout(self.roberta(input_ids, token_type_ids, attention_mask)))
-        return TokenClassificationOutput(token_loss(logits, labels), logits)
 
 
 class RobertaForMultipleChoice(RobertaWithHead):
