@@ -193,7 +193,8 @@ def export_hf_command(checkpoint, out_dir, tokenizer, overwrite, which, step):
 def fill_mask_command(model, texts, top_k, device):
     """Print the model's top guesses for each [MASK] in each TEXT (the model is loaded
     once). MODEL is a run dir, a checkpoint dir or an HF dir; the tokenizer stored with
-    it is used.
+    it is used, and its own mask token is the mask ([MASK]; RoBERTa's <mask>, which
+    [MASK] also stands for).
 
     \b
     Example:

@@ -14,7 +14,8 @@ from bertprep.cli.kit import CONTEXT_SETTINGS, OneLineErrors
 
 DIR = click.Path(file_okay=False)
 EXISTING = click.Path(exists=True)
-TOKENIZER_HELP = "vocab.txt, tokenizer.json or tokenizer dir"
+TOKENIZER_HELP = ("vocab.txt, tokenizer.json or tokenizer dir (WordPiece; a released one's: byte-level BPE, "
+                  "vocab.json + merges.txt, SentencePiece)")
 
 
 @click.group(cls=OneLineErrors, context_settings=CONTEXT_SETTINGS)
