@@ -18,7 +18,7 @@ import torch
 from bertmodel.data.shards import tokenizer_info
 from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.hf import export_hf, load_into, load_pretrained
-from bertmodel.model import HEADS, RobertaConfig
+from bertmodel.model import HEADS, RobertaConfig, XLMRobertaConfig
 from bertmodel.model.config import vocabulary_ids
 from embed_fixtures import SQUAD, distinct_rows
 from finetune_fixtures import invoke, one_line_failure
@@ -92,6 +92,24 @@ def test_objectives_roberta_cannot_train_are_refused_in_one_line(shards, tmp_pat
     one_line_failure(invoke("pretrain", "--architecture", "roberta", "--objective", objective, "--data", shards,
                             "--out", tmp_path / "run", "--preset", "tiny", "--max-steps", 2, *FAST),
                      tmp_path / "run", words)
+
+
+def test_pretraining_an_xlm_roberta_dir_further_keeps_its_class_names(shards, tmp_path):
+    """--init-from a transformers XLM-R directory (over the shards' vocabulary): the run is
+    XLM-R's, its export XLMRobertaForMaskedLM with model_type xlm-roberta, every weight loaded."""
+    tok = tokenizer_info(shards)
+    config = XLMRobertaConfig.preset("tiny", **vocabulary_ids(tok, "roberta"))
+    torch.manual_seed(4)
+    source = tmp_path / "xlmr"
+    export_hf(HEADS["xlm-roberta"]["mlm"](config), source, tokenizer=tok)
+    transformers.XLMRobertaForMaskedLM.from_pretrained(source).save_pretrained(source)
+    result = ok("pretrain", "--init-from", source, "--data", shards, "--out", tmp_path / "run", "--max-steps", 2,
+                *FAST)
+    assert "newly initialised" not in result.output and "(XLMRobertaForMaskedLM)" in result.output
+    written = json.loads((tmp_path / "run" / "hf" / "config.json").read_text())
+    assert (written["model_type"], written["architectures"]) == ("xlm-roberta", ["XLMRobertaForMaskedLM"])
+    assert type(loads_as(tmp_path / "run" / "hf", transformers.AutoModelForMaskedLM)).__name__ == \
+        "XLMRobertaForMaskedLM"
 
 
 # -- fine-tuning from a transformers RoBERTa directory ------------------------------------
