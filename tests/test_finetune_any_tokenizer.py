@@ -16,24 +16,17 @@ import pytest
 from bertmodel.data.choice import ChoiceExamples, encode_choices
 from bertmodel.data.classification import encode_texts
 from bertmodel.data.shards import tokenizer_info
-from shared_data import SHARED_DATA
+from shared_data import SHARED_DATA, TOKENIZERS
+from shared_data import released_reference as reference
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece", reason="deberta-v3-base's spm.model needs the sentencepiece extra")
 
-TOKENIZERS = SHARED_DATA / "tokenizers"
 GLUE = SHARED_DATA / "glue"
 FAMILIES = ["roberta-base", "modernbert-base", "deberta-v3-base"]
 
 if not TOKENIZERS.is_dir() or not GLUE.is_dir():
     pytest.skip(f"shared tokenizers or GLUE not found under {SHARED_DATA}", allow_module_level=True)
-
-
-def reference(family: str):
-    directory = TOKENIZERS / family
-    if family == "deberta-v3-base":
-        return transformers.DebertaV2Tokenizer.from_pretrained(directory)
-    return transformers.AutoTokenizer.from_pretrained(directory)
 
 
 def glue_pairs(task: str, split: str = "dev") -> tuple[list[str], list[str]]:

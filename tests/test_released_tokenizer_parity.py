@@ -19,6 +19,7 @@ import pytest
 from bertprep.errors import BertprepError
 from bertprep.tokenizer import ReleasedTokenizer, load_tokenizer
 from shared_data import SHARED_DATA
+from shared_data import released_reference as reference
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece", reason="deberta-v3-base's spm.model needs the sentencepiece extra")
@@ -36,13 +37,6 @@ EXPECTED_SPECIALS = {  # SOURCES.md of the tokenizer files
 
 if not TOKENIZERS.is_dir():
     pytest.skip(f"shared tokenizer files not found at {TOKENIZERS}", allow_module_level=True)
-
-
-def reference(family: str):
-    directory = TOKENIZERS / family
-    if family == "deberta-v3-base":
-        return transformers.DebertaV2Tokenizer.from_pretrained(directory)
-    return transformers.AutoTokenizer.from_pretrained(directory)
 
 
 def corpus_lines() -> list[str]:
