@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from bertprep.instances import PairConfig, TokenizedPartition, build_pairs, truncated_lengths
 from bertprep.instances import MaskingConfig, Vocabulary, apply_masking, num_to_predict
 from bertprep.instances import build_rows, ragged_arange
-from bertprep.tokenizer.templates import bert_template
+from bertprep.tokenizer.templates import Template, bert_template
 
 CLS, SEP, MASK = 101, 102, 103
 BERT = bert_template(CLS, SEP)
@@ -202,10 +202,19 @@ def chi_square_bound(dof: int) -> float:
     return dof + Z_BOUND * math.sqrt(2 * dof)  # chi-square: mean dof, sd sqrt(2 dof)
 
 
+def specials_per_row(rows) -> np.ndarray:
+    """The template's tokens in each row (3 in a BERT pair row, 4 in RoBERTa's)."""
+    if rows.special is None:
+        return np.full(rows.num_rows, 3)
+    return np.add.reduceat(rows.special.astype(np.int64), rows.offsets[:-1]) if rows.num_rows else np.zeros(0, int)
+
+
 def check_masking_statistics(rows, original, masked, pool: np.ndarray, config: MaskingConfig) -> int:
     """The 80/10/10 split and the random draw, all counted from the output rows."""
     before, shown, n_mask, n_kept, is_random = observed_split(rows, original, masked)
     n, v = len(shown), len(pool)
+    if rows.special is not None:  # never a token of the template
+        assert not rows.special[np.repeat(rows.offsets[:-1], np.diff(masked.offsets)) + masked.positions].any()
     assert abs(z_score(n_mask, n, 0.8)) < Z_BOUND, n_mask / n
     assert abs(z_score(n_kept, n, 0.1 + 0.1 / v)) < Z_BOUND, n_kept / n
     assert abs(z_score(int(is_random.sum()), n, 0.1 * (1 - 1 / v))) < Z_BOUND, is_random.mean()
@@ -216,9 +225,9 @@ def check_masking_statistics(rows, original, masked, pool: np.ndarray, config: M
     assert stat < chi_square_bound(dof), (stat, dof)
     stat, dof = chi_square_independence(before[is_random].astype(np.int64), draws.astype(np.int64))
     assert stat < chi_square_bound(dof), (stat, dof)
-    # Labelled positions per row: the count formula for the row's length (pair rows: 3
-    # specials); whole words may leave a row short of it, never over it.
-    counts, wanted = np.diff(masked.offsets), num_to_predict(rows.lengths, config, rows.lengths - 3)
+    # Labelled positions per row: the count formula for the row's length, capped by its
+    # tokens less the template's specials; whole words may leave a row short of it, never over it.
+    counts, wanted = np.diff(masked.offsets), num_to_predict(rows.lengths, config, rows.lengths - specials_per_row(rows))
     if config.whole_word_mask:
         assert (counts <= wanted).all() and counts.sum() >= 0.8 * wanted.sum(), (counts.sum(), wanted.sum())
     else:
@@ -241,20 +250,34 @@ def test_masking_statistics_on_many_positions():
 
 
 vocab_sizes = st.integers(400, 30_000)
+# The pair templates of the families build-shards reads (tokenizer/templates.py):
+# BERT's and DeBERTa-v3's [CLS] A [SEP] B [SEP] (types 0/1), RoBERTa's <s> A </s></s> B </s>
+# and ModernBERT's [CLS] A [SEP] B [SEP], both one type.
+TEMPLATES = {
+    "wordpiece": BERT,
+    "roberta": Template(prefix=(CLS,), middle=(SEP, SEP), suffix=(SEP,), single_suffix=(SEP,), prefix_types=(0,),
+                        middle_types=(0, 0), suffix_types=(0,), a_type=0, b_type=0),
+    "modernbert": Template(prefix=(CLS,), middle=(SEP,), suffix=(SEP,), single_suffix=(SEP,), prefix_types=(0,),
+                           middle_types=(0,), suffix_types=(0,), a_type=0, b_type=0),
+}
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), vocab_sizes, st.sampled_from([32, 64, 128]),
-       st.sampled_from([None, 0.1, 0.3]), st.sampled_from([0.15, 0.2, 1 / 3]))
+       st.sampled_from([None, 0.1, 0.3]), st.sampled_from([0.15, 0.2, 1 / 3]), st.sampled_from(sorted(TEMPLATES)),
+       st.booleans())
 @settings(max_examples=12, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))  # no slow shrinking
 def test_masking_statistics_hold_for_drawn_seeds_lengths_and_vocabularies(corpus_seed, seed, vocab_size, max_seq,
-                                                                          continuation_share, prob):
+                                                                          continuation_share, prob, family,
+                                                                          words_per_token):
     """The same bounds over drawn corpora (document and sentence lengths), vocabularies
     (ordinary pools of 200 to 29,800 ids), seeds, rates that do not divide the lengths
-    evenly, and whole-word masking (None: off; else that share of the ids are "##"
-    pieces, so words of several pieces are masked together). Each example masks >= 20,000
-    positions, so a bias above 6 * sqrt(.16 / 20000) = 1.7 points in the [MASK] share
-    or 1.3 points in kept/random fails every example: the 80/10/10 split is drawn per
-    position, whole words or not (Google's create_pretraining_data.py)."""
+    evenly, the pair templates of BERT, RoBERTa (4 specials) and ModernBERT (one type),
+    and whole-word masking (None: off; else that share of the tokens continue a word,
+    told by the vocabulary's "##" pieces as WordPiece's, or per token as the word starts
+    a BPE or Unigram partition carries). Each example masks >= 20,000 positions, so a
+    bias above 6 * sqrt(.16 / 20000) = 1.7 points in the [MASK] share or 1.3 points in
+    kept/random fails every example: the 80/10/10 split is drawn per position, whole
+    words or not (Google's create_pretraining_data.py)."""
     rng = np.random.default_rng(corpus_seed)
     docs = [list(rng.integers(1, 60, rng.integers(1, 20))) for _ in range(400)]
     lengths = [n for d in docs for n in d]
@@ -265,13 +288,18 @@ def test_masking_statistics_hold_for_drawn_seeds_lengths_and_vocabularies(corpus
     ids = rng.integers(special, vocab_size, so[-1]).astype(np.uint16)
     part = TokenizedPartition(ids, so, do)
     whole_word = continuation_share is not None
-    is_continuation = (np.random.default_rng(seed).random(vocab_size) < continuation_share) if whole_word else None
-    if whole_word:
+    template = TEMPLATES[family]
+    is_continuation = word_starts = None
+    if whole_word and words_per_token:
+        word_starts = np.random.default_rng(seed).random(len(ids)) >= continuation_share
+    elif whole_word:
+        is_continuation = np.random.default_rng(seed).random(vocab_size) < continuation_share
         is_continuation[:special] = False
     vocab = Vocabulary(MASK, vocab_size, pool, is_continuation)
-    pairs = np.concatenate([build_pairs(part, PairConfig(max_seq_length=max_seq), random.Random(seed + k))
-                            for k in range(4)])
-    rows = build_rows(part.ids, pairs, BERT, np.uint16)
+    config = PairConfig(max_seq_length=max_seq, pair_specials=template.pair_specials)
+    pairs = np.concatenate([build_pairs(part, config, random.Random(seed + k)) for k in range(4)])
+    rows = build_rows(part.ids, pairs, template, np.uint16, word_starts)
+    assert rows.lengths.max() <= max_seq
     original = rows.input_ids.copy()
     config = MaskingConfig(masked_lm_prob=prob, whole_word_mask=whole_word)
     masked = apply_masking(rows, config, vocab, np.random.default_rng(seed))

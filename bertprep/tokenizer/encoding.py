@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertprep.errors import BertprepError
 from bertprep.tokenizer.files import LoadedTokenizer
 
 SAMPLE_SENTENCES = 512  # sentences re-encoded with tokenizers per partition
@@ -49,12 +50,13 @@ def nanotoken_available() -> bool:
     return True
 
 
-def continues_after_space(tok: LoadedTokenizer) -> bool:
+def continues_after_space(tok: LoadedTokenizer, text=None) -> bool:
     """Whether a sentence inside a document is encoded with the space before it (module
-    docstring): not WordPiece, and the tokenizer tells " a" from "a"."""
+    docstring): not WordPiece, and the tokenizer (`text`: its text pipeline, when made
+    already) tells " a" from "a"."""
     if tok.kind == "wordpiece":
         return False
-    text = tok.text_tokenizer()
+    text = text or tok.text_tokenizer()
     return text.encode(" a", add_special_tokens=False).ids != text.encode("a", add_special_tokens=False).ids
 
 
@@ -97,11 +99,25 @@ class SentenceEncoder:
         if self.tok.kind == "wordpiece":
             return self.encode([s for doc in documents for s in doc])
         if self._text is None:
-            self._text = (self.tok.text_tokenizer(), continues_after_space(self.tok))
+            text = self.tok.text_tokenizer()
+            self._text = (text, continues_after_space(self.tok, text))
         pipeline, space = self._text
         sentences = [(" " + s if space and k else s) for doc in documents for k, s in enumerate(doc)]
         ids, offsets, starts = self.encode_reference(sentences, pipeline, word_starts=True)
+        self._check_no_specials(ids)
         return EncodedSentences(ids, offsets, "tokenizers", word_starts=starts)
+
+    def _check_no_specials(self, ids: np.ndarray) -> None:
+        """Rows find their template tokens by id and never mask them: corpus text must
+        yield none (an unknown character's [UNK] aside). text_tokenizer() sees to it for
+        the kinds we know; a pipeline that still makes one is refused, not written."""
+        specials = np.asarray(sorted(set(self.tok.special_token_ids) - {self.tok.special.unk}), dtype=ids.dtype)
+        found = ids[np.isin(ids, specials)]
+        if len(found):
+            where = self.tok.source if self.tok.source is not None else "tokenizer"
+            raise BertprepError(f"{where}: its pipeline turns corpus text into the special token "
+                                f"{self.tok.vocab[int(found[0])]!r} (id {int(found[0])}); rows could not tell it "
+                                f"from their own")
 
     def encode_reference(self, sentences: list[str], pipeline=None, word_starts: bool = False):
         """(ids, offsets) by `tokenizers` (`pipeline`, default the tokenizer's own); with
