@@ -23,7 +23,7 @@ from bertmodel.model.config import vocabulary_ids
 from embed_fixtures import SQUAD, distinct_rows
 from finetune_fixtures import invoke, one_line_failure
 from rerank_fixtures import as_pairs, squad_groups, write_jsonl
-from shared_data import SHARED_DATA
+from shared_data import SHARED_DATA, TOKENIZERS
 
 transformers = pytest.importorskip("transformers")
 VOCAB = SHARED_DATA / "bert-base-uncased-vocab.txt"
@@ -214,3 +214,28 @@ def test_a_model_padding_with_another_id_than_its_tokenizer_is_refused(roberta_d
     one_line_failure(invoke("finetune", "classify", "--model", other, "--train", RTE / "train.tsv", "--text-column",
                             "sentence1", "--text-pair-column", "sentence2", "--out", tmp_path / "run",
                             "--max-train-examples", 8, *FAST), tmp_path / "run", ("padding id is 1", "pads with 0"))
+
+
+def test_a_roberta_with_roberta_base_tokenizer_predicts_as_the_transformers_pipeline(tmp_path):
+    """random:tiny of the roberta architecture with roberta-base's own byte-level BPE files:
+    config.json carries its ids (<pad> 1, <s> 0, </s> 2) and 512 + 1 + 1 positions; the
+    text-classification pipeline (AutoTokenizer's `<s> A </s></s> B </s>`, no segment ids,
+    cut at the run's 128 tokens as predict cuts) scores pairs as our predict does."""
+    tokenizer_dir = TOKENIZERS / "roberta-base"
+    needs(RTE, tokenizer_dir)
+    out = tmp_path / "rte"
+    ok("finetune", "classify", "--model", "random:tiny", "--architecture", "roberta", "--tokenizer", tokenizer_dir,
+       "--train", RTE / "train.tsv", "--validation", RTE / "dev.tsv", "--text-column", "sentence1",
+       "--text-pair-column", "sentence2", "--out", out, "--max-train-examples", 32, "--max-eval-examples", 16,
+       "--epochs", 1, "--max-seq-length", 128, *FAST)
+    config = json.loads((out / "hf" / "config.json").read_text())
+    assert (config["pad_token_id"], config["bos_token_id"], config["eos_token_id"]) == (1, 0, 2)
+    assert config["max_position_embeddings"] == 514
+    rows = [line.split("\t") for line in (RTE / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:6]]
+    classify = transformers.pipeline("text-classification", model=str(out / "hf"), device="cpu")
+    theirs = [classify({"text": r[1], "text_pair": r[2]}, truncation=True) for r in rows]
+    theirs = [t[0] if isinstance(t, list) else t for t in theirs]
+    lines = ok("predict", out, *[r[1] for r in rows], *[a for r in rows for a in ("--pair", r[2])]).stdout
+    ours = [line.split("\t") for line in lines.splitlines()]
+    assert [o[0] for o in ours] == [t["label"] for t in theirs]
+    assert [float(o[1]) for o in ours] == pytest.approx([t["score"] for t in theirs], abs=1e-4)  # printed to 4 places
