@@ -29,6 +29,8 @@ import pytest
 import torch
 
 from bertmodel.data import ShardDataset
+from bertmodel.data.shards import open_shard_dir
+from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.data.qa_features import prepare_qa_features
 from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.tasks.qa import WindowSet
@@ -227,6 +229,14 @@ def qa_batches(vocab_size: int):
         assert ((starts < T) & (starts >= 0)).any() and ((ends < T) & (ends >= 0)).any()  # a loss to take
         yield batch, dict(batch)
     assert outside and inside and beyond  # the batches hold every kind of label
+
+
+def step_shards(root, max_seq_length: int = 32, max_predictions: int = 5) -> ShardDataset:
+    """The pre-training steps' shards under `root`: STEPS batches of 8 NSP pair rows over a
+    120-word WordPiece vocabulary ([PAD] 0), some rows padded."""
+    path = small_shard_dir(root / "data", rows=STEPS * 8, words=120, num_shards=1, max_seq_length=max_seq_length,
+                           max_predictions=max_predictions, batch_rows=8)
+    return ShardDataset([open_shard_dir(path)])
 
 
 def pretraining_batches(shards: ShardDataset, with_pair: bool):

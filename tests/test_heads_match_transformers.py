@@ -19,19 +19,17 @@ import torch
 
 from bertmodel.model.config import BertConfig
 from bertmodel.data import ShardDataset
-from bertmodel.data.shards import open_shard_dir
 from bertmodel.model import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                              BertForSequenceClassification)
 from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.model.linear import cpu_matmul
 from bertmodel.model.unpad import resolve, set_unpad
-from bertmodel.data.synthetic import small_shard_dir
 from qa_fixtures import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
 from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
-                        fp32_rounding, moved, pretraining_batches, qa_batches, train_both)
+                        fp32_rounding, moved, pretraining_batches, qa_batches, step_shards, train_both)
 
 
 
@@ -97,9 +95,7 @@ def test_question_answering_ignores_positions_past_the_sequence_as_transformers(
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> ShardDataset:
-    path = small_shard_dir(tmp_path_factory.mktemp("shards") / "data", rows=STEPS * 8, words=120, num_shards=1,
-                           max_seq_length=32, max_predictions=5, batch_rows=8)
-    return ShardDataset([open_shard_dir(path)])
+    return step_shards(tmp_path_factory.mktemp("shards"))
 
 
 @pytest.mark.parametrize("schedule", ["linear", "poly"])

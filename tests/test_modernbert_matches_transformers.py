@@ -13,8 +13,6 @@ import pytest
 import torch
 
 from bertmodel.data import ShardDataset
-from bertmodel.data.shards import open_shard_dir
-from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.model import (HEADS, ModernBertConfig, ModernBertForMaskedLM, ModernBertForMultipleChoice,
                              ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
                              ModernBertForTokenClassification)
@@ -26,7 +24,7 @@ from qa_fixtures import tiny_tokenizer
 transformers = pytest.importorskip("transformers")
 
 from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
-                        fp32_rounding, in_float64, pretraining_batches, qa_batches, train_both)
+                        fp32_rounding, in_float64, pretraining_batches, qa_batches, step_shards, train_both)
 
 VOCAB = 120
 
@@ -145,9 +143,7 @@ def test_multiple_choice_logits_equal_transformers():
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> ShardDataset:
-    path = small_shard_dir(tmp_path_factory.mktemp("shards") / "data", rows=STEPS * 8, words=120, num_shards=1,
-                           max_seq_length=48, max_predictions=8, batch_rows=8)
-    return ShardDataset([open_shard_dir(path)])
+    return step_shards(tmp_path_factory.mktemp("shards"), max_seq_length=48, max_predictions=8)
 
 
 def test_mlm_steps_equal_transformers(shards):

@@ -25,8 +25,7 @@ import pytest
 import torch
 
 from bertmodel.data import ShardDataset
-from bertmodel.data.shards import open_shard_dir, tokenizer_info
-from bertmodel.data.synthetic import small_shard_dir
+from bertmodel.data.shards import tokenizer_info
 from bertmodel.hf import export_hf, load_into, load_pretrained
 from bertmodel.model import HEADS, RobertaConfig, XLMRobertaConfig
 from bertmodel.model.bi_encoder import BI_ENCODERS
@@ -42,7 +41,7 @@ from qa_fixtures import tiny_tokenizer
 transformers = pytest.importorskip("transformers")
 
 from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
-                        fp32_rounding, pretraining_batches, qa_batches, train_both)
+                        fp32_rounding, pretraining_batches, qa_batches, step_shards, train_both)
 
 VOCAB = 120
 HF_CLASSES = {"mlm": "ForMaskedLM", "classify": "ForSequenceClassification", "qa": "ForQuestionAnswering",
@@ -235,9 +234,7 @@ def test_a_transformers_roberta_dir_becomes_our_model(tmp_path):
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> ShardDataset:
     """NSP pair rows (segment ids 0 and 1) over a WordPiece vocabulary whose [PAD] is 0."""
-    path = small_shard_dir(tmp_path_factory.mktemp("shards") / "data", rows=STEPS * 8, words=120, num_shards=1,
-                           max_seq_length=32, max_predictions=5, batch_rows=8)
-    return ShardDataset([open_shard_dir(path)])
+    return step_shards(tmp_path_factory.mktemp("shards"))
 
 
 def test_mlm_pretraining_steps_equal_transformers(shards):
