@@ -19,8 +19,8 @@ the fine-tuning heads out).
 Loading: `load_pretrained(path)` reads a RUN dir (its latest checkpoint), a checkpoint
 dir, or a Hugging Face BERT, ModernBERT, RoBERTa, XLM-R or ELECTRA dir of any head
 (BertModel, BertForPreTraining, BertForMaskedLM, ModernBertModel, ModernBertForMaskedLM,
-RobertaModel, RobertaForMaskedLM, the fine-tuning heads; model.safetensors or pytorch_model.bin, old gamma/beta LayerNorm
-names accepted), and
+RobertaModel, RobertaForMaskedLM, the fine-tuning heads; model.safetensors or
+pytorch_model.bin, old gamma/beta LayerNorm names accepted), and
 `load_into(model, pretrained)` puts the encoder (and the head, where the source has the
 same one) into any of our head models, returning what it initialised anew or left out.
 """
@@ -56,8 +56,9 @@ TIED_SOURCES = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddin
 # A tied entry is filled in only where the source has the head it belongs to (a bare
 # encoder or a classifier gets no decoder).
 TIED_HEAD = {"cls.predictions.decoder.weight": "cls.predictions.bias", "cls.predictions.decoder.bias":
-             "cls.predictions.bias", "decoder.weight": "decoder.bias", "generator_lm_head.weight": "generator_lm_head.bias",
-             "lm_head.decoder.weight": "lm_head.bias", "lm_head.decoder.bias": "lm_head.bias"}
+             "cls.predictions.bias", "decoder.weight": "decoder.bias",
+             "generator_lm_head.weight": "generator_lm_head.bias", "lm_head.decoder.weight": "lm_head.bias",
+             "lm_head.decoder.bias": "lm_head.bias"}
 
 
 # BertModel's, ModernBertModel's, ElectraModel's, RobertaModel's place in heads

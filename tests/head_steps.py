@@ -272,6 +272,33 @@ def classification_batches(vocab: int, regression: bool):
         yield batch, dict(batch)
 
 
+def token_batches(vocab: int):
+    """STEPS batches of 8 padded rows of 6 to 39 tokens, 4 of 5 real tokens labelled (of 5 tags), the rest -100."""
+    rng = np.random.default_rng(1)
+    for _ in range(STEPS):
+        lengths = rng.integers(6, 40, 8)
+        T = int(lengths.max())
+        mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
+        ids = rng.integers(5, vocab, (8, T)) * mask
+        labels = np.where(mask.astype(bool) & (rng.random((8, T)) < 0.8), rng.integers(0, 5, (8, T)), IGNORE_INDEX)
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                 "labels": torch.from_numpy(labels)}
+        yield batch, dict(batch)
+
+
+def choice_batches(vocab: int):
+    """STEPS batches of 4 examples x 3 padded choices of 5 to 29 tokens, and the right choice's index."""
+    rng = np.random.default_rng(2)
+    for _ in range(STEPS):
+        lengths = rng.integers(5, 30, (4, 3))
+        T = int(lengths.max())
+        mask = (np.arange(T)[None, None] < lengths[..., None]).astype(np.int64)
+        ids = rng.integers(5, vocab, (4, 3, T)) * mask
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                 "labels": torch.from_numpy(rng.integers(0, 3, 4))}
+        yield batch, dict(batch)
+
+
 def middle_norm(theirs, batches, schedule: str) -> float:
     """The median gradient norm of a copy of `theirs` trained on `batches` without
     clipping: a clip that catches some steps of the clipped run and not others."""

@@ -8,7 +8,6 @@ padded and packed, with the banded local kernel and the dense mask; and the same
 clipping against torch's AdamW with the Trainer's groups (tests/head_steps.py)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -16,15 +15,15 @@ from bertmodel.data import ShardDataset
 from bertmodel.model import (HEADS, ModernBertConfig, ModernBertForMaskedLM, ModernBertForMultipleChoice,
                              ModernBertForQuestionAnswering, ModernBertForSequenceClassification,
                              ModernBertForTokenClassification)
-from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.model.linear import cpu_matmul
 from bertmodel.model.unpad import resolve, set_unpad
 from qa_fixtures import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
-from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
-                        fp32_rounding, in_float64, pretraining_batches, qa_batches, step_shards, train_both)
+from head_steps import (FLOAT64_TOL, STEPS, choice_batches, classification_batches,  # noqa: E402
+                        first_step_in_fp32, fp32_rounding, in_float64, pretraining_batches, qa_batches, step_shards,
+                        token_batches, train_both)
 
 VOCAB = 120
 
@@ -228,38 +227,13 @@ def test_question_answering_steps_equal_transformers():
     train_both(ours, theirs, batches, clip=None, loss_free=("classifier.bias",))
 
 
-def token_batches():
-    rng = np.random.default_rng(1)
-    for _ in range(STEPS):
-        lengths = rng.integers(6, 40, 8)
-        T = int(lengths.max())
-        mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
-        ids = rng.integers(5, VOCAB, (8, T)) * mask
-        labels = np.where(mask.astype(bool) & (rng.random((8, T)) < 0.8), rng.integers(0, 5, (8, T)), IGNORE_INDEX)
-        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-                 "labels": torch.from_numpy(labels)}
-        yield batch, dict(batch)
-
-
 @pytest.mark.parametrize("kernel", [None, "repad"], ids=["padded", "packed"])
 def test_token_classification_steps_equal_transformers(kernel):
     torch.manual_seed(0)
     ours = ModernBertForTokenClassification(tiny(), 5)
     theirs = twin(ours, transformers.ModernBertForTokenClassification, num_labels=5)
     set_unpad(ours, kernel)
-    train_both(ours, theirs, token_batches(), clip=None)
-
-
-def choice_batches():
-    rng = np.random.default_rng(2)
-    for _ in range(STEPS):
-        lengths = rng.integers(5, 30, (4, 3))
-        T = int(lengths.max())
-        mask = (np.arange(T)[None, None] < lengths[..., None]).astype(np.int64)
-        ids = rng.integers(5, VOCAB, (4, 3, T)) * mask
-        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-                 "labels": torch.from_numpy(rng.integers(0, 3, 4))}
-        yield batch, dict(batch)
+    train_both(ours, theirs, token_batches(VOCAB), clip=None)
 
 
 @pytest.mark.parametrize("pooling,kernel", [("cls", "repad"), ("mean", None)])
@@ -269,4 +243,4 @@ def test_multiple_choice_steps_equal_transformers(pooling, kernel):
     theirs = twin(ours, transformers.ModernBertForMultipleChoice)
     set_unpad(ours, kernel)
     # classifier.bias shifts every choice's score alike: the softmax over choices does not see it.
-    train_both(ours, theirs, choice_batches(), clip=None, loss_free=("classifier.bias",))
+    train_both(ours, theirs, choice_batches(VOCAB), clip=None, loss_free=("classifier.bias",))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -30,7 +29,6 @@ from bertmodel.hf import export_hf, load_into, load_pretrained
 from bertmodel.model import HEADS, RobertaConfig, XLMRobertaConfig
 from bertmodel.model.bi_encoder import BI_ENCODERS
 from bertmodel.model.config import vocabulary_ids
-from bertmodel.model.heads import IGNORE_INDEX
 from bertmodel.model.linear import cpu_matmul
 from bertmodel.model.rerank_heads import RERANKERS
 from bertmodel.model.roberta import position_ids
@@ -40,8 +38,9 @@ from qa_fixtures import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
-from head_steps import (FLOAT64_TOL, STEPS, classification_batches, first_step_in_fp32,  # noqa: E402
-                        fp32_rounding, pretraining_batches, qa_batches, step_shards, train_both)
+from head_steps import (FLOAT64_TOL, STEPS, choice_batches, classification_batches,  # noqa: E402
+                        first_step_in_fp32, fp32_rounding, pretraining_batches, qa_batches, step_shards,
+                        token_batches, train_both)
 
 VOCAB = 120
 HF_CLASSES = {"mlm": "ForMaskedLM", "classify": "ForSequenceClassification", "qa": "ForQuestionAnswering",
@@ -69,13 +68,14 @@ def twin(ours: torch.nn.Module, hf_class, **hf_options) -> torch.nn.Module:
 
 
 def roberta_batches(batches, pad: int):
-    """(ours, theirs) pairs with the padding set to `pad`, and theirs without segment ids."""
+    """(ours, theirs) pairs with the padding set to `pad`; ours with segment ids (the
+    batch's own, else 1 at every real token), which it does not read, theirs with none."""
     for ours, theirs in batches:
         real = ours["attention_mask"].bool()
         ids = torch.where(real, ours["input_ids"], pad)
         assert not ids[real].eq(pad).any()  # pad only at padding
-        yield {**ours, "input_ids": ids}, {**{k: v for k, v in theirs.items() if k != "token_type_ids"},
-                                           "input_ids": ids}
+        yield ({"token_type_ids": ours["attention_mask"], **ours, "input_ids": ids},
+               {**{k: v for k, v in theirs.items() if k != "token_type_ids"}, "input_ids": ids})
 
 
 def mixed_batch(B: int, T: int, pad: int = 1, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -300,38 +300,13 @@ def test_question_answering_steps_equal_transformers():
     train_both(ours, theirs, batches, clip=None, loss_free=shifts)
 
 
-def token_batches():
-    rng = np.random.default_rng(1)
-    for _ in range(STEPS):
-        lengths = rng.integers(6, 40, 8)
-        T = int(lengths.max())
-        mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
-        ids = rng.integers(5, VOCAB, (8, T)) * mask
-        labels = np.where(mask.astype(bool) & (rng.random((8, T)) < 0.8), rng.integers(0, 5, (8, T)), IGNORE_INDEX)
-        batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(mask),
-                 "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(labels)}
-        yield batch, batch
-
-
 @pytest.mark.parametrize("kernel", [None, "repad"], ids=["padded", "packed"])
 def test_token_classification_steps_equal_transformers(kernel):
     torch.manual_seed(0)
     ours = HEADS["roberta"]["tokens"](tiny(), 5)
     theirs = twin(ours, transformers.RobertaForTokenClassification, num_labels=5)
     set_unpad(ours, kernel)
-    train_both(ours, theirs, roberta_batches(token_batches(), 1), clip=None)
-
-
-def choice_batches():
-    rng = np.random.default_rng(2)
-    for _ in range(STEPS):
-        lengths = rng.integers(5, 30, (4, 3))
-        T = int(lengths.max())
-        mask = (np.arange(T)[None, None] < lengths[..., None]).astype(np.int64)
-        ids = rng.integers(5, VOCAB, (4, 3, T)) * mask
-        batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(mask),
-                 "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(rng.integers(0, 3, 4))}
-        yield batch, batch
+    train_both(ours, theirs, roberta_batches(token_batches(VOCAB), 1), clip=None)
 
 
 @pytest.mark.parametrize("kernel", [None, "repad"], ids=["padded", "packed"])
@@ -343,7 +318,7 @@ def test_multiple_choice_steps_equal_transformers(kernel):
     theirs = twin(ours, transformers.RobertaForMultipleChoice)
     set_unpad(ours, kernel)
     # classifier.bias shifts every choice's score alike: the softmax over choices does not see it.
-    train_both(ours, theirs, roberta_batches(choice_batches(), 1), clip=None, loss_free=("classifier.bias",))
+    train_both(ours, theirs, roberta_batches(choice_batches(VOCAB), 1), clip=None, loss_free=("classifier.bias",))
 
 
 # -- retrieval: the bi-encoder and the cross-encoder against sentence-transformers --------
