@@ -172,3 +172,17 @@ def test_no_mask_token_is_reported_when_masking_needs_it(tmp_path):
     with pytest.raises(BertprepError) as excinfo:
         tok.require_mask(str(tmp_path))
     assert str(excinfo.value).startswith(f"{tmp_path}: the tokenizer has no mask token")
+
+
+@pytest.mark.parametrize("model, cased", [("bpe", False), ("unigram", False), ("bpe", True)])
+def test_a_trained_subword_model_loads_with_its_casing(model, cased, tmp_path):
+    """train-tokenizer's BPE and Unigram files normalise with a BertNormalizer (inside a
+    Sequence): the loader reads its switches, so inspect and manifests say uncased."""
+    out = tmp_path / "tok"
+    subprocess.run([sys.executable, "-m", "bertprep", "train-tokenizer", str(SHARED_DATA / "google_sample_text.txt"),
+                    "--out", str(out), "--model", model, "--vocab-size", "600", "--no-progress",
+                    "--cased" if cased else "--lowercase"], capture_output=True, text=True, check=True)
+    tok = load_tokenizer(out)
+    assert (tok.kind, tok.lowercase) == (model, not cased)
+    same = tok.tokenizer.encode("The WORLD").ids == tok.tokenizer.encode("the world").ids
+    assert same is (not cased)

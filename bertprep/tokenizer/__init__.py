@@ -1,8 +1,10 @@
-"""Tokenizers: WordPiece trained deterministically (training.py) with its guards
-(guards.py), the normalisation per script (scripts.py) and the alphabet (alphabet.py);
-WordPiece files and loading (files.py); released tokenizers of other kinds (released.py:
-byte-level BPE, SentencePiece); the special-token templates of any of them
-(templates.py); one loader for all (load.py); bulk encoding (encoding.py).
+"""Tokenizers. Training (training.py, the driver: read, split, measure, report,
+publish; training_config.py its options) of WordPiece (wordpiece_training.py, with its
+guards in guards.py), byte-level BPE (bpe_training.py) and Unigram (unigram_training.py),
+whose files subword_files.py writes; the normalisation per script (scripts.py) and the
+alphabet (alphabet.py). Loading: WordPiece files (files.py), released tokenizers of other
+kinds (released.py: byte-level BPE, SentencePiece), the special-token templates of any of
+them (templates.py), one loader for all (load.py). Bulk encoding (encoding.py).
 """
 from bertprep.tokenizer.encoding import SentenceEncoder, nanotoken_available
 from bertprep.tokenizer.files import (LoadedTokenizer, SPECIAL_TOKENS, SpecialIds, TOKENIZER_FILES, build_tokenizer,

@@ -175,15 +175,39 @@ def load_released(path) -> ReleasedTokenizer:
     template = template_of(tokenizer, where)
     added_special = {i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special}
     pipeline = json.loads(tokenizer.to_str())  # parsed once: a large vocabulary takes a while
-    kind = pipeline["model"].get("type") or _model_type_by_fields(tokenizer)
+    kind = pipeline["model"].get("type") or _model_type_by_fields(pipeline)
     config = _saved_config(config, names, special, vocab, directory)
-    normalizer = json.dumps(pipeline.get("normalizer"))
+    lowercase, strip_accents = _casing(pipeline.get("normalizer"))
     return ReleasedTokenizer(
-        tokenizer=tokenizer, vocab=vocab, lowercase='"Lowercase"' in normalizer, max_chars_per_word=0,
-        source=path, special=SpecialIds(**special), strip_accents='"StripAccents"' in normalizer,
-        template=template, kind=kind.lower(), byte_level=_is_byte_level(tokenizer),
+        tokenizer=tokenizer, vocab=vocab, lowercase=lowercase, max_chars_per_word=0,
+        source=path, special=SpecialIds(**special), strip_accents=strip_accents,
+        template=template, kind=kind.lower(), byte_level=_is_byte_level(pipeline),
         special_token_ids=frozenset(added_special | {i for i in special.values() if i is not None}),
         config=config, source_files=files)
+
+
+def _casing(normalizer) -> tuple[bool, bool]:
+    """(lowercase, strip_accents) of a normalizer: a Lowercase / StripAccents step, or a
+    BertNormalizer's switches (train-tokenizer's subword models use one), at any depth
+    of a Sequence; BertNormalizer's strip_accents null follows its lowercase."""
+    lowercase = strip = False
+    steps = [normalizer]
+    while steps:
+        step = steps.pop()
+        if not isinstance(step, dict):
+            continue
+        kind = step.get("type")
+        if kind == "Lowercase":
+            lowercase = True
+        elif kind == "StripAccents":
+            strip = True
+        elif kind == "BertNormalizer":
+            bert_lower = bool(step.get("lowercase", True))
+            bert_strip = step.get("strip_accents")
+            lowercase = lowercase or bert_lower
+            strip = strip or bool(bert_lower if bert_strip is None else bert_strip)
+        steps.extend(step.get("normalizers") or [])
+    return lowercase, strip
 
 
 def _json_model_type(path: pathlib.Path) -> str | None:
@@ -197,8 +221,8 @@ def _json_model_type(path: pathlib.Path) -> str | None:
                                  "BPE" if "merges" in model else None)
 
 
-def _model_type_by_fields(tokenizer: Tokenizer) -> str:
-    model = json.loads(tokenizer.to_str())["model"]
+def _model_type_by_fields(pipeline: dict) -> str:
+    model = pipeline["model"]
     return "BPE" if "merges" in model else "Unigram" if isinstance(model.get("vocab"), list) else "WordLevel"
 
 
@@ -254,8 +278,8 @@ def _id_to_token(tokenizer: Tokenizer, where: str) -> list:
     return vocab
 
 
-def _is_byte_level(tokenizer: Tokenizer) -> bool:
-    pre = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+def _is_byte_level(pipeline: dict) -> bool:
+    pre = pipeline.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
     return any(step and step.get("type") == "ByteLevel" for step in steps)
 
