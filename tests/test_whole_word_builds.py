@@ -4,11 +4,15 @@ per-row formula, and no float product, can make a correct build refuse itself.
 
 Hypothesis draws many small corpora of real English words (the bert-base-uncased
 vocabulary: whole words and words WordPiece splits into several pieces), seeds, lengths,
-masking rates that do not divide the lengths evenly, and every pairing; each is built
-end to end (read, tokenize, pair, mask, write, check) and must publish. The counts are
-then recounted here from the rows as written, with the reference's formula."""
+masking rates that do not divide the lengths evenly, every pairing, and the tokenizer:
+BERT's WordPiece, or a released byte-level BPE (roberta-base, ModernBERT-base) or
+SentencePiece Unigram (deberta-v3-base), whose words come from their pre-tokenizers;
+each is built end to end (read, tokenize, pair, mask, write, check) and must publish.
+The counts are then recounted here from the rows as written, with the reference's
+formula and each template's special tokens."""
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -24,6 +28,8 @@ from bertprep.corpus import CorpusSpec
 from shared_data import SHARED_DATA
 
 VOCAB = SHARED_DATA / "bert-base-uncased-vocab.txt"
+RELEASED = SHARED_DATA / "tokenizers"
+RELEASED_FAMILIES = ["roberta-base", "modernbert-base", "deberta-v3-base"]
 VALIDATOR = SHARED_DATA.parent / "tools" / "validate_shards.py"
 pytestmark = pytest.mark.skipif(not VOCAB.exists(), reason=f"shared data absent ({VOCAB})")
 
@@ -53,6 +59,14 @@ def write_corpus(path, seed: int, documents: int, split_share: float) -> None:
             f.write("\n")
 
 
+def original(row: dict) -> list[int]:
+    """The row's ids with the masked positions given back their labels."""
+    ids = list(row["input_ids"])
+    for position, label in zip(row["masked_lm_positions"], row["masked_lm_ids"]):
+        ids[position] = label
+    return ids
+
+
 def read_rows(out) -> list[dict]:
     rows = []
     for name in sorted(p.name for p in out.glob("data-*.arrow")):
@@ -61,38 +75,80 @@ def read_rows(out) -> list[dict]:
     return rows
 
 
+_SAVED: dict[str, object] = {}
+
+
+def tokenizer_path(name: str, tmp_path_factory):
+    """BERT's vocab.txt or a released tokenizer's files; deberta-v3-base saved by bertprep
+    once (tokenizer.json beside spm.model), so its SentencePiece model is converted once."""
+    if name == "bert-base-uncased":
+        return VOCAB
+    if not RELEASED.is_dir():
+        pytest.skip(f"shared tokenizer files not found at {RELEASED}")
+    if name != "deberta-v3-base":
+        return RELEASED / name
+    if name not in _SAVED:
+        pytest.importorskip("sentencepiece")
+        from bertprep.tokenizer import load_tokenizer
+
+        _SAVED[name] = tmp_path_factory.mktemp("deberta") / name
+        load_tokenizer(RELEASED / name).save(_SAVED[name])
+    return _SAVED[name]
+
+
 def formula(length: int, specials: int, prob: float, cap: int) -> int:
     """REFERENCE.md: min(max_predictions, max(1, round(len * p))) with round half to
     even, and never more than the row's non-special tokens."""
     return min(cap, max(1, round(length * prob)), length - specials)
 
 
-@given(corpus_seed=st.integers(0, 2**16), seed=st.integers(0, 2**31), documents=st.integers(2, 40),
-       split_share=st.sampled_from([0.0, 0.2, 0.6]), max_seq=st.sampled_from([16, 33, 64, 128]),
-       prob=st.sampled_from([0.1, 0.15, 0.2, 1 / 3]), cap=st.sampled_from([3, 20]),
-       pairs=st.sampled_from(["nsp", "sop", "none"]))
-@settings(max_examples=30, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_whole_word_builds_publish_and_count_as_the_formula(tmp_path_factory, corpus_seed, seed, documents,
-                                                             split_share, max_seq, prob, cap, pairs):
+def build_and_count(tmp_path_factory, tokenizer, corpus_seed, seed, documents, split_share, max_seq, prob, cap,
+                    pairs) -> None:
+    """One whole-word build must publish, and its rows count as the formula says."""
     work = tmp_path_factory.mktemp("wwm")
     write_corpus(work / "corpus.txt", corpus_seed, documents, split_share)
     config = BuildConfig(max_seq_length=max_seq, max_predictions_per_seq=cap, masked_lm_prob=prob, pairs=pairs,
                          whole_word_mask=True, dupe_factor=2, seed=seed, workers=1, cache_dir=str(work / "cache"))
-    out = build_shards(CorpusSpec(paths=(str(work / "corpus.txt"),)), VOCAB, work / "out", config,
-                       progress=False).out  # a refusal of its own rows raises here
+    out = build_shards(CorpusSpec(paths=(str(work / "corpus.txt"),)), tokenizer_path(tokenizer, tmp_path_factory),
+                       work / "out", config, progress=False).out  # a refusal of its own rows raises here
     assert contradicted_options(out, whole_word_mask=True) is None
-    entries = VOCAB.read_text(encoding="utf-8").splitlines()
-    cls, sep = entries.index("[CLS]"), entries.index("[SEP]")
+    special = json.loads((out / "manifest.json").read_text())["tokenizer"]["special_ids"]
+    cls, sep = special["cls"], special["sep"]  # every template here is made of these two
     masked = wanted = 0
     for row in read_rows(out):
-        ids = row["input_ids"]
+        ids = original(row)  # a random replacement is never [CLS]/[SEP]; a label may not be either
         specials = sum(1 for t in ids if t in (cls, sep))
         positions = row["masked_lm_positions"]
         assert len(positions) <= formula(len(ids), specials, prob, cap)  # whole words may fall short, never over
         masked += len(positions)
         wanted += formula(len(ids), specials, prob, cap)
     assert 0.8 * wanted <= masked <= wanted
+
+
+BUILD_OPTIONS = dict(corpus_seed=st.integers(0, 2**16), seed=st.integers(0, 2**31), documents=st.integers(2, 40),
+                     split_share=st.sampled_from([0.0, 0.2, 0.6]), max_seq=st.sampled_from([16, 33, 64, 128]),
+                     prob=st.sampled_from([0.1, 0.15, 0.2, 1 / 3]), cap=st.sampled_from([3, 20]),
+                     pairs=st.sampled_from(["nsp", "sop", "none"]))
+
+
+@given(**BUILD_OPTIONS)
+@settings(max_examples=30, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_whole_word_builds_publish_and_count_as_the_formula(tmp_path_factory, corpus_seed, seed, documents,
+                                                             split_share, max_seq, prob, cap, pairs):
+    build_and_count(tmp_path_factory, "bert-base-uncased", corpus_seed, seed, documents, split_share, max_seq, prob,
+                    cap, pairs)
+
+
+# Fewer examples: a released tokenizer takes most of a second to load in each build.
+@given(tokenizer=st.sampled_from(RELEASED_FAMILIES), **BUILD_OPTIONS)
+@settings(max_examples=12, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_whole_word_builds_of_released_tokenizers_publish_and_count_as_the_formula(
+        tmp_path_factory, tokenizer, corpus_seed, seed, documents, split_share, max_seq, prob, cap, pairs):
+    """The same with byte-level BPE and Unigram tokenizers: words from their
+    pre-tokenizers, RoBERTa's four specials a pair row."""
+    build_and_count(tmp_path_factory, tokenizer, corpus_seed, seed, documents, split_share, max_seq, prob, cap, pairs)
 
 
 def test_google_sample_text_builds_with_whole_word_masking(tmp_path):

@@ -122,13 +122,18 @@ def stream_seed(*parts) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
-# Workers load the tokenizer once per process. Keyed by its fingerprint too: the same
-# output directory rebuilt with another tokenizer in one process must not reuse it.
-_TOKENIZERS: dict[tuple[str, str, str], tuple[LoadedTokenizer, SentenceEncoder | None]] = {}
+# Workers load the tokenizer once per process, and keep it for the next build with the
+# same one. Keyed by its fingerprint (equal fingerprints, equal encodings), not its
+# directory: the same output directory rebuilt with another tokenizer in one process must
+# not reuse it, and a released tokenizer takes most of a second to load.
+_TOKENIZERS: dict[tuple[str, str], tuple[LoadedTokenizer, SentenceEncoder | None]] = {}
+KEPT_TOKENIZERS = 4
 
 
 def _tokenizer(ctx: TaskContext, need_encoder: bool = False):
-    key = (ctx.tokenizer_dir, ctx.tokenizer_fingerprint, ctx.engine)
+    key = (ctx.tokenizer_fingerprint, ctx.engine)
+    if key not in _TOKENIZERS and len(_TOKENIZERS) >= KEPT_TOKENIZERS:
+        _TOKENIZERS.clear()
     tok, encoder = _TOKENIZERS.get(key, (None, None))
     if tok is None:
         with storage.local_copy(ctx.tokenizer_dir) as directory:  # a store's files, fetched once
