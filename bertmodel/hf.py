@@ -41,7 +41,7 @@ from bertmodel.training.run_dir import RUN_FILE
 from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dict
 from bertmodel.model.rtd import discriminator_state, generator_state, generator_task
 from bertmodel.errors import BertmodelError
-from bertmodel.data.shards import TOKENIZER_FILES, TokenizerInfo, tokenizer_info
+from bertmodel.data.tokenizer_info import TOKENIZER_FILES, TokenizerInfo, has_tokenizer, tokenizer_info
 from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
 from bertmodel.hf_tokenizer import input_names, reading_length, special_ids, write_tokenizer
 
@@ -250,10 +250,6 @@ def complete_state_dict(state_dict: dict) -> dict:
     return sd
 
 
-def _has_tokenizer(directory: Path) -> bool:
-    return any((directory / n).is_file() for n in ("vocab.txt", "tokenizer.json"))
-
-
 def _architecture(config: dict, sd: dict, path: Path) -> str:
     archs = config.get("architectures") or []
     if archs:
@@ -313,7 +309,7 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
     if (path / "state.pt").is_file():
         state = load_checkpoint(path)
         tok_dir = path / "tokenizer"
-        tok = tokenizer_info(tok_dir) if _has_tokenizer(tok_dir) else None
+        tok = tokenizer_info(tok_dir) if has_tokenizer(tok_dir) else None
         task = state.get("task") or {}  # checkpoints written before tasks existed are pre-training ones
         if task.get("objective") == "rtd" and part == "generator":
             return Pretrained(config_from_dict(task["generator_config"]), complete_state_dict(generator_state(
@@ -338,7 +334,7 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
         except BertmodelError as exc:
             raise BertmodelError(f"{path}/config.json: {exc}") from None
         sd = complete_state_dict(_hf_state_dict(path, config["model_type"]))
-        tok = tokenizer_info(path) if _has_tokenizer(path) else None
+        tok = tokenizer_info(path) if has_tokenizer(path) else None
         arch = _architecture(config, sd, path)
         head = {"hf_config": _hf_head(config, arch), **_hf_head(config, arch)}
         if (path / TASK_FILE).is_file():  # one of our exports: the task's own settings

@@ -405,3 +405,24 @@ def test_a_bert_trained_with_another_families_tokenizer_exports_that_tokenizer(f
     first, second = glue_pairs("MRPC")
     assert_rows_equal(encode_texts(run / "hf", first, second, 48),
                       tokenizer(first, second, truncation=True, return_token_type_ids=True))
+
+
+def test_a_model_dir_with_vocab_json_and_merges_only_brings_its_tokenizer(tmp_path):
+    """A RoBERTa dir as older releases hold it (vocab.json + merges.txt, no tokenizer.json):
+    the model's tokenizer is found and fill-mask encodes as roberta-base's tokenizer
+    (its tokenizer.json: <mask> takes the space before it; transformers 5 building from
+    vocab.json + merges.txt alone leaves that space as a token of its own)."""
+    import shutil
+
+    from bertmodel.hf import load_pretrained
+    from bertmodel.inference.fill_mask import encode_text, load_tokenizer
+
+    source = tmp_path / "files"
+    source.mkdir()
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copyfile(TOKENIZERS / "roberta-base" / name, source / name)
+    model = released_model("roberta-base", tmp_path / "model", source)
+    info = load_pretrained(model).tokenizer
+    assert info is not None and info.special_ids == {"pad": 1, "unk": 3, "cls": 0, "sep": 2, "mask": 50264}
+    text = "The capital of France is <mask>."
+    assert encode_text(info, load_tokenizer(info), text) == reference("roberta-base")(text)["input_ids"]

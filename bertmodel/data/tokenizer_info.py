@@ -114,6 +114,14 @@ def _stamp(path: Path) -> tuple:
     return tuple((p.name, s.st_size, s.st_mtime_ns) for p in paths if p.is_file() and (s := p.stat()))
 
 
+def has_tokenizer(directory: Path) -> bool:
+    """Whether a model or checkpoint directory holds a tokenizer of any kind (a vocab.txt,
+    a tokenizer.json, vocab.json + merges.txt or a SentencePiece model)."""
+    directory = Path(directory)
+    return (any((directory / name).is_file() for name in ("vocab.txt", "tokenizer.json"))
+            or (directory.is_dir() and is_released_tokenizer(directory)))
+
+
 def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerInfo:
     """The tokenizer of a shard, checkpoint or Hugging Face directory (or a tokenizer
     file): a WordPiece one from the manifest when it says, else from the vocab.txt stored
