@@ -24,7 +24,7 @@ import torch
 from bertmodel.training import checkpoint as ckpt
 from bertmodel.training import parallel
 from bertmodel.data import BatchLoader, SampleOrder
-from bertmodel.data.tokenizer_info import TOKENIZER_FILES, tokenizer_info
+from bertmodel.data.tokenizer_info import has_tokenizer, tokenizer_info
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import check_export_dir
 from bertmodel.training.host_memory import keep_freed_memory
@@ -162,7 +162,7 @@ def check_resume_tokenizer(checkpoint: Path, task, cfg) -> None:
     checkpoint keeps): shards of another tokenizer, even of the same size, would give the
     model other tokens under the same ids, which --allow-changed-options never allows."""
     saved = Path(checkpoint) / "tokenizer"
-    if not any((saved / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer(saved):
         return  # a checkpoint written without tokenizer files: nothing to compare
     if diff := tokenizer_info(saved).same_as(task.tokenizer):
         reads = ", ".join(map(str, getattr(cfg, "data", None) or [])) or getattr(cfg, "tokenizer", None) or cfg.model
