@@ -14,10 +14,11 @@ AutoTokenizer resolves without the source's config.json (roberta-base's says nei
 a copy in a checkpoint or beside a BERT-architecture model must still load as a RoBERTa
 tokenizer). A directory that already is such a copy (an export, a shard set, a
 ModernBERT release) is used in place; any other is saved once to a scratch folder named
-by its fingerprint.
+by its contents (the fingerprint and the config).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -185,7 +186,7 @@ def _released_info(path: Path, manifest_tokenizer: dict) -> TokenizerInfo:
 def _saved_files(path: Path, loaded: ReleasedTokenizer, fingerprint: str) -> dict[str, Path]:
     """The tokenizer's files as bertprep's `save` writes them: the directory's own when
     it already holds that (tokenizer.json and a tokenizer_config.json naming what `save`
-    names), else a copy saved under the temporary folder, named by the fingerprint."""
+    names), else a copy saved under the temporary folder, named by its contents."""
     if path.is_dir() and (path / "tokenizer.json").is_file() and (path / "tokenizer_config.json").is_file():
         try:
             config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
@@ -193,7 +194,10 @@ def _saved_files(path: Path, loaded: ReleasedTokenizer, fingerprint: str) -> dic
             config = None
         if config == loaded.config:
             return {n: path / n for n in TOKENIZER_FILES if (path / n).is_file()}
-    copy = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-{fingerprint[:24]}"
+    # Named by what it holds: the pipeline and the config (two sources may differ in
+    # tokenizer_config.json alone, e.g. model_max_length, and must not share a copy).
+    config = hashlib.sha256(json.dumps(loaded.config, sort_keys=True).encode("utf-8")).hexdigest()
+    copy = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-{fingerprint[:20]}-{config[:12]}"
     names = loaded.save(copy)  # each file written atomically: concurrent ranks write the same bytes
     return {n: copy / n for n in names}
 
