@@ -196,8 +196,8 @@ def _saved_files(path: Path, loaded: ReleasedTokenizer, fingerprint: str) -> dic
             return {n: path / n for n in TOKENIZER_FILES if (path / n).is_file()}
     # Named by what it holds: the pipeline and the config (two sources may differ in
     # tokenizer_config.json alone, e.g. model_max_length, and must not share a copy).
-    config = hashlib.sha256(json.dumps(loaded.config, sort_keys=True).encode("utf-8")).hexdigest()
-    copy = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-{fingerprint[:20]}-{config[:12]}"
+    config_hash = hashlib.sha256(json.dumps(loaded.config, sort_keys=True).encode("utf-8")).hexdigest()
+    copy = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-{fingerprint[:20]}-{config_hash[:12]}"
     names = loaded.save(copy)  # each file written atomically: concurrent ranks write the same bytes
     return {n: copy / n for n in names}
 
