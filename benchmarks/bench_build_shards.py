@@ -30,11 +30,13 @@ PYTHON = sys.executable
 BERTPREP = [str(pathlib.Path(PYTHON).with_name("bertprep"))]
 
 
-def tokenize_only_seconds(corpus: pathlib.Path, vocab: pathlib.Path) -> float:
+def _encode_seconds(corpus: pathlib.Path, load: str) -> float:
+    """Seconds `tokenizers` takes to encode the corpus lines (encode_batch, all cores),
+    with the tokenizer the Python expression `load` makes."""
     code = (
-        "import time,sys\n"
-        "from tokenizers import BertWordPieceTokenizer\n"
-        f"tok = BertWordPieceTokenizer({str(vocab)!r}, lowercase=True)\n"
+        "import time\n"
+        "from tokenizers import BertWordPieceTokenizer, Tokenizer\n"
+        f"tok = {load}\n"
         "t = time.perf_counter()\n"
         f"lines = [l.strip() for l in open({str(corpus)!r}, encoding='utf-8') if l.strip()]\n"
         "tok.encode_batch(lines, add_special_tokens=False)\n"
@@ -42,21 +44,15 @@ def tokenize_only_seconds(corpus: pathlib.Path, vocab: pathlib.Path) -> float:
     )
     _, _, out = run_measured([PYTHON, "-c", code])
     return float(out.strip().splitlines()[-1])
+
+
+def tokenize_only_seconds(corpus: pathlib.Path, vocab: pathlib.Path) -> float:
+    return _encode_seconds(corpus, f"BertWordPieceTokenizer({str(vocab)!r}, lowercase=True)")
 
 
 def encode_only_seconds(corpus: pathlib.Path, tokenizer_json: pathlib.Path) -> float:
     """`tokenizers` encoding the corpus lines with a tokenizer.json as it is: the floor."""
-    code = (
-        "import time\n"
-        "from tokenizers import Tokenizer\n"
-        f"tok = Tokenizer.from_file({str(tokenizer_json)!r})\n"
-        "t = time.perf_counter()\n"
-        f"lines = [l.strip() for l in open({str(corpus)!r}, encoding='utf-8') if l.strip()]\n"
-        "tok.encode_batch(lines, add_special_tokens=False)\n"
-        "print(time.perf_counter() - t)\n"
-    )
-    _, _, out = run_measured([PYTHON, "-c", code])
-    return float(out.strip().splitlines()[-1])
+    return _encode_seconds(corpus, f"Tokenizer.from_file({str(tokenizer_json)!r})")
 
 
 RELEASED = ("roberta-base", "modernbert-base")  # byte-level BPE, in ../shared/data/tokenizers
