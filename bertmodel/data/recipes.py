@@ -87,8 +87,10 @@ class DynamicMasking:
 
     def __init__(self, dataset, seed: int, config: MaskingConfig, vocab: Vocabulary, rates=None):
         self.dataset, self.seed, self.config, self.vocab, self.rates = dataset, seed, config, vocab, rates
-        special = dataset.tokenizer.special_ids
-        self.specials = np.asarray([special["cls"], special["sep"]], np.int64)
+        # Never masked: the tokens of the tokenizer's template ([CLS] [SEP]; <s> </s>).
+        template = dataset.tokenizer.load().template
+        self.specials = np.unique(np.asarray([*template.prefix, *template.middle, *template.suffix,
+                                              *template.single_suffix], np.int64))
 
     def __len__(self) -> int:
         return len(self.dataset)

@@ -121,6 +121,12 @@ class PretrainingTask:
                                                                   rates.max_rate if rates else rate)
         config = MaskingConfig(cap, rate, bool(options.get("whole_word_mask", False)),
                                bool(options.get("random_from_whole_vocab", False)))
+        if config.whole_word_mask and self.tokenizer.kind != "wordpiece":
+            # WordPiece's words follow from its "##" pieces; other kinds' from the
+            # pre-tokenizer, which build-shards applied to the text and the rows do not keep.
+            raise BertmodelError(f"{shards.dirs[0].path}: whole-word masks of a {self.tokenizer.kind} tokenizer "
+                                 "need each token's word, which shards do not keep; train on the shards' own "
+                                 "masks (--masking static)")
         what = f"rate {rates.describe()}" if rates else f"{rate:g} of tokens"
         self.log(f"dynamic masking: {what}; at most {cap} per row"
                  f"{', whole words' if config.whole_word_mask else ''}; objective {self.objective}")
