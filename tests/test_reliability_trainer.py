@@ -149,7 +149,8 @@ def test_tokenizer_option_too_small_for_bare_shards(shards, tmp_path):
     assert message.endswith(": not the tokenizer these shards were built with")
     result = pretrain(bare, tmp_path / "run")
     assert one_line_error(result, bare) == (
-        f"{bare}: no tokenizer: the manifest names none and there is no vocab.txt (pass --tokenizer VOCAB)")
+        f"{bare}: no tokenizer: the manifest names none and there is no vocab.txt, tokenizer.json or SentencePiece "
+        "model (pass --tokenizer)")
 
 
 def test_eval_data_with_another_tokenizer(shards, tmp_path):

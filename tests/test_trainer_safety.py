@@ -20,7 +20,7 @@ from bertmodel.retrieval.sentence_files import SENTENCE_FILES
 from bertmodel.model import BertForPreTraining
 from bertmodel.data.synthetic import small_shard_dir
 from bertprep.storage import DirectoryLock
-from bertprep.tokenizer import load_tokenizer
+from bertprep.tokenizer import RELEASED_FILES, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +56,11 @@ def test_export_keeps_a_users_files_with_or_without_overwrite(run, tmp_path):
         result = CliRunner().invoke(main, ["export-hf", str(run), str(victim), *extra])
         assert result.exit_code == 1
         assert result.output == (f"Error: {victim}: holds files an export never writes (notes.txt); an export "
-                                 "replaces only its own files (1_Pooling, 2_Normalize, bertmodel_task.json, "
-                                 "config.json, config_sentence_transformers.json, model.safetensors, modules.json, "
-                                 "sentence_bert_config.json, "
-                                 "special_tokens_map.json, tokenizer.json, tokenizer_config.json, vocab.txt), so "
+                                 "replaces only its own files (1_Pooling, 2_Normalize, added_tokens.json, "
+                                 "bertmodel_task.json, config.json, config_sentence_transformers.json, merges.txt, "
+                                 "model.safetensors, modules.json, sentence_bert_config.json, "
+                                 "sentencepiece.bpe.model, special_tokens_map.json, spm.model, tokenizer.json, "
+                                 "tokenizer.model, tokenizer_config.json, vocab.json, vocab.txt), so "
                                  "choose another directory\n")
         assert snapshot(victim) == {"notes.txt": b"important", "config.json": b"{}"}
 
@@ -130,8 +131,10 @@ def test_every_file_an_export_writes_is_listed_and_anything_else_is_refused(tmp_
     model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.vocab_size))
     out = export_hf(model, tmp_path / "hf", tokenizer=tok, task={"architecture": "BertForPreTraining"})
     # A pre-training export writes the transformers files; an embed run's adds
-    # sentence-transformers' (test_embed.py), and the two together are every name listed.
-    assert {p.name for p in out.iterdir()} == EXPORT_FILES - SENTENCE_FILES
+    # sentence-transformers' (test_embed.py), a released tokenizer its own files
+    # (test_finetune_any_tokenizer.py), and together they are every name listed.
+    released_only = set(RELEASED_FILES) - {"tokenizer_config.json", "special_tokens_map.json"}
+    assert {p.name for p in out.iterdir()} == EXPORT_FILES - SENTENCE_FILES - released_only
     export_hf(model, out, tokenizer=tok)  # the library replaces an earlier export (RUN/hf at every save)
     with pytest.raises(BertmodelError, match="holds an earlier export"):
         export_hf(model, out, tokenizer=tok, overwrite=False)

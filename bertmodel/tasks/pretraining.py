@@ -63,6 +63,7 @@ class PretrainingTask:
 
     def __init__(self, cfg, d: parallel.Dist, log):
         self.cfg, self.d, self.log = cfg, d, log
+        self.notes: list[str] = []  # what the run says about its data once every check passed
         self.shards = self._open(cfg.data)
         self.tokenizer = self.shards.tokenizer
         self.init = load_pretrained(cfg.init_from) if cfg.init_from else None
@@ -80,8 +81,10 @@ class PretrainingTask:
             pairs = {pairing_of_dir(d) for d in self.shards.dirs} - {"none"}
             if pairs and cfg.objective is None:
                 held = " and ".join(PAIRING_WORDS[k] for k in sorted(pairs))
-                log(f"the shards hold {held}; the {kind} architecture has no pair head: MLM alone, each pair read "
-                    "as one sequence")
+                # Said once the run's start-up checks pass (training/run.py): a refused
+                # resume stays one line.
+                self.notes.append(f"the shards hold {held}; the {kind} architecture has no pair head: MLM alone, "
+                                  "each pair read as one sequence")
         else:
             self.objective = objective_for(cfg.objective, self.shards.dirs)
         # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then).

@@ -195,6 +195,8 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
                              "lower --batch-size")
     if d.is_main:  # from here on (every start-up check passed) RUN is recognisably a run of this task
         write_run_record(run, task.name, task.architecture)
+    for note in getattr(task, "notes", ()):
+        log(note)
     model.to(d.device)
     if d.device.type == "cpu":
         keep_freed_memory()  # every step's large blocks reused, not page-faulted in again
