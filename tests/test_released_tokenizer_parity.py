@@ -187,3 +187,21 @@ def test_a_trained_subword_model_loads_with_its_casing(model, cased, tmp_path):
     assert (tok.kind, tok.lowercase) == (model, not cased)
     same = tok.tokenizer.encode("The WORLD").ids == tok.tokenizer.encode("the world").ids
     assert same is (not cased)
+
+
+def test_a_sentencepiece_model_without_the_package_names_the_extra(monkeypatch, tmp_path):
+    """A machine without sentencepiece (a fault this one cannot have, hence the stand-in
+    import failure): one line naming the file and the extra to install; no output."""
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # `import sentencepiece` raises ImportError
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['sentencepiece'] = None; from bertprep.cli import main; "
+                               "main(['build-shards', sys.argv[1], '--tokenizer', sys.argv[2], '--out', sys.argv[3]])",
+         str(SHARED_DATA / "google_sample_text.txt"), str(TOKENIZERS / "deberta-v3-base"), str(tmp_path / "out")],
+        capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"Error: {TOKENIZERS / 'deberta-v3-base' / 'spm.model'}: a SentencePiece model; "
+                                     "reading it needs the sentencepiece package (pip install "
+                                     "'bertprep[sentencepiece]')")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(BertprepError, match=r"needs the sentencepiece package"):
+        load_tokenizer(TOKENIZERS / "deberta-v3-base")
