@@ -39,6 +39,9 @@ class TrainConfig(LoopConfig):
     eval_batches: int = 50
     init_from: str | None = None
     """Any BERT to start from: an HF BertModel/BertForPreTraining/BertForMaskedLM dir or one of our runs/checkpoints."""
+    new_rows_only_steps: int = 0
+    """With --init-from a model whose tokenizer the shards' tokenizer extends (its vocabulary grows,
+    model/vocab_growth.py): the first N steps train only the new embedding rows, every other weight frozen."""
     verify: str = "sha256"  # shard check: "sha256" or "size" (see data/shards.py)
     tokenizer: str | None = None
     """Tokenizer (vocab.txt, tokenizer.json or dir) for shard dirs that carry none."""
@@ -100,6 +103,10 @@ class TrainConfig(LoopConfig):
                                      f"discriminator's), got {value}")
         if self.discriminator_weight is not None and self.discriminator_weight <= 0:
             raise BertmodelError(f"discriminator-weight must be positive, got {self.discriminator_weight}")
+        if self.new_rows_only_steps < 0:
+            raise BertmodelError(f"new-rows-only-steps must be 0 or positive, got {self.new_rows_only_steps}")
+        if self.new_rows_only_steps and not self.init_from:
+            raise BertmodelError("--new-rows-only-steps trains the rows a grown vocabulary adds: it needs --init-from")
         if self.eval_batches <= 0:
             raise BertmodelError(f"eval-batches must be positive, got {self.eval_batches}")
         if self.architecture not in (None, *ARCHITECTURES):
@@ -158,7 +165,7 @@ class TrainConfig(LoopConfig):
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",
                 "mask_rate_schedule", "batch_size_warmup", "rope_theta", "generator_size", "generator_layers",
-                "discriminator_weight", "embedding_sharing")
+                "discriminator_weight", "embedding_sharing", "new_rows_only_steps")
 
     def model_config(self, tokenizer) -> BertConfig | ModernBertConfig | RobertaConfig:
         """The model a fresh run builds: the preset of the architecture, the size

@@ -109,6 +109,9 @@ def _opt(name: str, **kwargs):
 @_opt("--init-from", type=EXISTING, help="Start from our run/checkpoint or a transformers BERT or ModernBERT dir "
       "(its tokenizer must be the shards'; its architecture and size are kept). A ModernBERT run at a longer "
       "--max-seq-length's shards is context extension.")
+@_opt("--new-rows-only-steps", type=click.IntRange(min=0), metavar="K", help="With --init-from a model whose "
+      "tokenizer the shards' extends (bertprep extend-tokenizer; the vocabulary grows, each new row the mean of its "
+      "pieces' rows): the first K steps train only the new embedding rows, every other weight unchanged.")
 @_opt("--max-bad-steps", type=click.IntRange(min=1), help="Stop after N non-finite steps in a row.")
 @_opt("--stop-at", type=click.IntRange(min=1), help="Save and stop at this step; the schedule still "
       "runs to --max-steps (rerun to continue).")

@@ -28,6 +28,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.hf import load_into, load_pretrained
 from bertmodel.training.metrics import StepStats, train_flops
 from bertmodel.model import head_class
+from bertmodel.model.vocab_growth import plan_growth
 from bertmodel.training.run_dir import source_identity
 from bertprep.instances import MaskingConfig
 
@@ -67,6 +68,11 @@ class PretrainingTask:
         self.shards = self._open(cfg.data)
         self.tokenizer = self.shards.tokenizer
         self.init = load_pretrained(cfg.init_from) if cfg.init_from else None
+        # A tokenizer that extends the checkpoint's grows its vocabulary (model/vocab_growth.py).
+        self.growth = plan_growth(self.init, self.tokenizer, cfg.init_from) if self.init is not None else None
+        if getattr(cfg, "new_rows_only_steps", None) and self.growth is None:
+            raise BertmodelError("--new-rows-only-steps trains the rows a grown vocabulary adds; give --init-from a "
+                                 "model whose tokenizer the shards' tokenizer extends (bertprep extend-tokenizer)")
         kind = self.init.config.architecture if self.init is not None else cfg.architecture or "bert"
         if self.init is not None and cfg.architecture not in (None, kind):
             raise BertmodelError(f"--architecture {cfg.architecture} conflicts with {cfg.init_from}, a {kind} model; "
@@ -216,6 +222,9 @@ class PretrainingTask:
             self._check_positions(config)
             return self.model_class(config)
         pre = self.init
+        if self.growth is not None:
+            pre = self.growth.grow(pre)
+            log(self.growth.describe())
         if cfg.preset is not None:
             wanted = preset_config(pre.config.architecture, cfg.preset, vocab_size=pre.config.vocab_size)
             shape = (pre.config.num_hidden_layers, pre.config.hidden_size, pre.config.num_attention_heads)
@@ -246,6 +255,11 @@ class PretrainingTask:
             log(note)
         log(f"initialised from {pre.source} ({pre.architecture})")
         return model
+
+    def partial_steps(self, model):
+        """--new-rows-only-steps: the first steps train a grown vocabulary's new rows alone."""
+        steps = getattr(self.cfg, "new_rows_only_steps", None)
+        return self.growth.new_rows_only(model, steps) if steps else None
 
     # -- what the loop asks per step -----------------------------------------------------
     def new_stats(self, device: torch.device) -> PretrainingStats:

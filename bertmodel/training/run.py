@@ -210,6 +210,10 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
         log(f"resuming from {latest} (step {step:,}, sample {cursor:,})")
     else:
         torch.manual_seed(cfg.seed + d.rank)  # dropout streams differ per rank
+    partial = task.partial_steps(model) if hasattr(task, "partial_steps") else None
+    if partial is not None and partial.steps > step:  # some first steps train part of the model (partial_steps.py)
+        partial.attach(optimizer, step)
+        log(partial.describe())
     pending = resume is not None and resume.get("eval_pending") and task.has_eval
     if step >= cfg.max_steps and not pending:  # (a stop cut its last evaluation short: do it)
         log(f"{run} already reached step {step:,} of {cfg.max_steps:,}; nothing to do")
