@@ -81,6 +81,20 @@ class Pretrained:
     step: int | None = None  # our checkpoints only
     architecture: str = "BertForPreTraining"  # the transformers class the weights are for
     head: dict = field(default_factory=dict)  # the head's settings (num_labels, id2label, task options)
+    tied: bool = True
+    """Whether its MLM decoder is its word-embedding table, as every model here ties it: false
+    where config.json says tie_word_embeddings false or the file's decoder differs from the
+    table (transformers then keeps the two apart too)."""
+
+
+class UnsupportedModel(BertmodelError):
+    """A transformers directory of a model type bertmodel does not read (config.json's
+    model_type, e.g. deberta-v2); `model_type` lets a command say what it trains instead."""
+
+    def __init__(self, path: Path, model_type):
+        self.path, self.model_type = path, model_type
+        super().__init__(f"{path}: is a {model_type} model (config.json's model_type); bertmodel reads "
+                         f"{', '.join(BARE_ENCODER)} models")
 
 
 def hf_tensors(state_dict: dict) -> dict[str, torch.Tensor]:
@@ -250,6 +264,13 @@ def complete_state_dict(state_dict: dict) -> dict:
     return sd
 
 
+def _decoder_is_table(state_dict: dict) -> bool:
+    """No decoder of its own in the file (save_pretrained leaves a tied one out), or one
+    equal to the table it is tied to (older exports wrote both)."""
+    return all(torch.equal(state_dict[key], state_dict[TIED_SOURCES[key]]) for key in TIED_KEYS
+               if key in state_dict and TIED_SOURCES[key] in state_dict)
+
+
 def _architecture(config: dict, sd: dict, path: Path) -> str:
     archs = config.get("architectures") or []
     if archs:
@@ -326,14 +347,13 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
         except (ValueError, UnicodeDecodeError) as exc:
             raise BertmodelError(f"{path}/config.json: not valid JSON ({exc})") from None
         if config.get("model_type") not in BARE_ENCODER:
-            raise BertmodelError(f"{path}/config.json: model_type {config.get('model_type')!r} is not one of "
-                                 f"{', '.join(repr(t) for t in BARE_ENCODER)}; only BERT, ModernBERT, ELECTRA, "
-                                 "RoBERTa and XLM-R models are supported")
+            raise UnsupportedModel(path, config.get("model_type"))
         try:
             cfg = config_from_dict(config)
         except BertmodelError as exc:
             raise BertmodelError(f"{path}/config.json: {exc}") from None
-        sd = complete_state_dict(_hf_state_dict(path, config["model_type"]))
+        raw = _hf_state_dict(path, config["model_type"])
+        sd = complete_state_dict(raw)
         tok = tokenizer_info(path) if has_tokenizer(path) else None
         arch = _architecture(config, sd, path)
         head = {"hf_config": _hf_head(config, arch), **_hf_head(config, arch)}
@@ -345,7 +365,8 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
                 raise BertmodelError(f"{path}: the discriminator of an ELECTRA run, which has no MLM head; its "
                                      f"generator is {path.parent / RTD_GENERATOR_DIR}, which is missing")
             return load_pretrained(path.parent / RTD_GENERATOR_DIR)
-        return Pretrained(cfg, sd, tok, path, architecture=arch, head=head)
+        tied = config.get("tie_word_embeddings", True) is not False and _decoder_is_table(raw)
+        return Pretrained(cfg, sd, tok, path, architecture=arch, head=head, tied=tied)
     raise BertmodelError(f"{path}: not a run, checkpoint or Hugging Face model directory")
 
 
@@ -354,7 +375,7 @@ def _is_head(key: str) -> bool:
     return not key.startswith(ENCODER_PREFIXES) or key.startswith(POOLER_PREFIXES)
 
 
-def _names(keys: list[str]) -> str:
+def group_names(keys: list[str]) -> str:
     # "cls.predictions.*" rather than every tensor of a module
     groups = sorted({".".join(k.split(".")[:2]) + ".*" if k.count(".") > 1 else k for k in keys})
     return ", ".join(groups)
@@ -367,8 +388,21 @@ def load_into(model, pretrained: Pretrained) -> list[str]:
     head tensors the model has no use for are left out, and a head of another shape
     (another number of labels) starts anew: each is returned as a line to report, never
     done silently."""
+    fresh, unused = load_weights(model, pretrained)
+    notes = []
+    if fresh:
+        notes.append(f"newly initialised (not in {pretrained.source}): {group_names(fresh)}")
+    if unused:
+        notes.append(f"not used from {pretrained.source}: {group_names(unused)}")
+    return notes
+
+
+def load_weights(model, pretrained: Pretrained) -> tuple[list[str], list[str]]:
+    """load_into's loading: returns the model's tensors that keep their fresh init (the
+    source lacks them, or has them in another shape) and the source's tensors left out,
+    both sorted; tied decoder entries are neither."""
     own = model.state_dict()
-    sd, notes, reshaped = {}, [], []
+    sd, reshaped = {}, []
     for key, value in pretrained.state_dict.items():
         if key in own and own[key].shape != value.shape:
             if not _is_head(key):
@@ -388,13 +422,8 @@ def load_into(model, pretrained: Pretrained) -> list[str]:
         if bad_unexpected:
             parts.append(f"unexpected {', '.join(bad_unexpected[:4])}{' ...' if len(bad_unexpected) > 4 else ''}")
         raise BertmodelError(f"{pretrained.source}: weights do not fit the model ({'; '.join(parts)})")
-    fresh = sorted(set(missing) | set(reshaped))
-    if fresh:
-        notes.append(f"newly initialised (not in {pretrained.source}): {_names(fresh)}")
-    if unexpected:
-        notes.append(f"not used from {pretrained.source}: {_names(list(unexpected))}")
     model.tie_weights()
-    return notes
+    return sorted(set(missing) | set(reshaped)), sorted(unexpected)
 
 
 def _inside(a: Path, b: Path) -> bool:

@@ -42,6 +42,9 @@ class TrainConfig(LoopConfig):
     new_rows_only_steps: int = 0
     """With --init-from a model whose tokenizer the shards' tokenizer extends (its vocabulary grows,
     model/vocab_growth.py): the first N steps train only the new embedding rows, every other weight frozen."""
+    head_warmup_steps: int = 0
+    """With --init-from: the first K steps train the head alone (a fresh one, where the source has no MLM
+    head), the encoder keeping the source's weights bit for bit (tasks/warm_start.py)."""
     verify: str = "sha256"  # shard check: "sha256" or "size" (see data/shards.py)
     tokenizer: str | None = None
     """Tokenizer (vocab.txt, tokenizer.json or dir) for shard dirs that carry none."""
@@ -107,6 +110,16 @@ class TrainConfig(LoopConfig):
             raise BertmodelError(f"new-rows-only-steps must be 0 or positive, got {self.new_rows_only_steps}")
         if self.new_rows_only_steps and not self.init_from:
             raise BertmodelError("--new-rows-only-steps trains the rows a grown vocabulary adds: it needs --init-from")
+        if self.head_warmup_steps < 0:
+            raise BertmodelError(f"head-warmup-steps must be 0 or positive, got {self.head_warmup_steps}")
+        if self.head_warmup_steps and not self.init_from:
+            raise BertmodelError("--head-warmup-steps holds a starting model's encoder while its head trains: it "
+                                 "needs --init-from")
+        if self.head_warmup_steps and self.new_rows_only_steps:
+            raise BertmodelError("--head-warmup-steps and --new-rows-only-steps each train one part alone first; "
+                                 "give one")
+        if self.head_warmup_steps and self.objective == "rtd":
+            raise BertmodelError("--head-warmup-steps trains an MLM head alone; --objective rtd has none to warm up")
         if self.eval_batches <= 0:
             raise BertmodelError(f"eval-batches must be positive, got {self.eval_batches}")
         if self.architecture not in (None, *ARCHITECTURES):
@@ -165,7 +178,7 @@ class TrainConfig(LoopConfig):
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",
                 "mask_rate_schedule", "batch_size_warmup", "rope_theta", "generator_size", "generator_layers",
-                "discriminator_weight", "embedding_sharing", "new_rows_only_steps")
+                "discriminator_weight", "embedding_sharing", "new_rows_only_steps", "head_warmup_steps")
 
     def model_config(self, tokenizer) -> BertConfig | ModernBertConfig | RobertaConfig:
         """The model a fresh run builds: the preset of the architecture, the size

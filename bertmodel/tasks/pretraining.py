@@ -25,10 +25,11 @@ from bertmodel.data.recipes import (DEFAULT_OBJECTIVE, PAIRING_WORDS, DynamicMas
 from bertmodel.data.schedules import BatchSchedule, parse_batch_warmup
 from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
-from bertmodel.hf import load_into, load_pretrained
+from bertmodel.hf import UnsupportedModel, load_pretrained
 from bertmodel.training.metrics import StepStats, train_flops
 from bertmodel.model import head_class
 from bertmodel.model.vocab_growth import plan_growth
+from bertmodel.tasks.warm_start import check_source, head_warmup, source_objective, start_from
 from bertmodel.training.run_dir import source_identity
 from bertprep.instances import MaskingConfig
 
@@ -67,7 +68,7 @@ class PretrainingTask:
         self.notes: list[str] = []  # what the run says about its data once every check passed
         self.shards = self._open(cfg.data)
         self.tokenizer = self.shards.tokenizer
-        self.init = load_pretrained(cfg.init_from) if cfg.init_from else None
+        self.init = self._load_init(cfg.init_from) if cfg.init_from else None
         # A tokenizer that extends the checkpoint's grows its vocabulary (model/vocab_growth.py).
         self.growth = plan_growth(self.init, self.tokenizer, cfg.init_from) if self.init is not None else None
         if getattr(cfg, "new_rows_only_steps", None) and self.growth is None:
@@ -92,10 +93,20 @@ class PretrainingTask:
                 self.notes.append(f"the shards hold {held}; the {kind} architecture has no pair head: MLM alone, "
                                   "each pair read as one sequence")
         else:
-            self.objective = objective_for(cfg.objective, self.shards.dirs)
+            # From a source without a pair head, MLM alone: the run exports its class.
+            implied = None if cfg.objective else source_objective(self.init)
+            self.objective = objective_for(cfg.objective or implied, self.shards.dirs)
+            pairs = {pairing_of_dir(d) for d in self.shards.dirs} - {"none"}
+            if implied and pairs:
+                held = " and ".join(PAIRING_WORDS[k] for k in sorted(pairs))
+                pair = " or ".join(DEFAULT_OBJECTIVE[k] for k in sorted(pairs))
+                self.notes.append(f"{cfg.init_from} has no pair head: MLM alone on the shards' {held}, their labels "
+                                  f"unused (--objective {pair} adds a fresh one)")
+        if self.init is not None:
+            check_source(self.init, self.objective)
         # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then).
-        # An XLM-R starting model keeps its class names (model_type "xlm-roberta").
-        heads_of = self.init.config if self.init is not None and kind == "roberta" else kind
+        # A starting model keeps its class names (XLM-R's model_type "xlm-roberta", ELECTRA's "electra").
+        heads_of = self.init.config if self.init is not None else kind
         self.model_class = head_class(heads_of, "mlm" if self.objective in ("mlm", "rtd") else "pretraining")
         self.architecture = self.model_class.hf_architecture
         self.mask_rates = cfg.mask_rates()
@@ -251,15 +262,26 @@ class PretrainingTask:
             log(f"RoPE theta: global {pre.config.global_rope_theta:,g} -> {config.global_rope_theta:,g}, local "
                 f"{pre.config.local_rope_theta:,g} -> {config.local_rope_theta:,g}")
         model = self.model_class(config)
-        for note in load_into(model, pre):
-            log(note)
-        log(f"initialised from {pre.source} ({pre.architecture})")
+        log(start_from(model, pre, getattr(cfg, "head_warmup_steps", 0)))
         return model
 
+    @staticmethod
+    def _load_init(path):
+        try:
+            return load_pretrained(path)
+        except UnsupportedModel as exc:
+            trained = ", ".join(CONFIGS)
+            raise BertmodelError(f"{exc.path}: is a {exc.model_type} model; pretrain trains {trained} (and electra) "
+                                 "models") from None
+
     def partial_steps(self, model):
-        """--new-rows-only-steps: the first steps train a grown vocabulary's new rows alone."""
+        """--new-rows-only-steps: the first steps train a grown vocabulary's new rows alone;
+        --head-warmup-steps: the head alone (tasks/warm_start.py)."""
         steps = getattr(self.cfg, "new_rows_only_steps", None)
-        return self.growth.new_rows_only(model, steps) if steps else None
+        if steps:
+            return self.growth.new_rows_only(model, steps)
+        head_steps = getattr(self.cfg, "head_warmup_steps", 0)
+        return head_warmup(model, head_steps) if head_steps else None
 
     # -- what the loop asks per step -----------------------------------------------------
     def new_stats(self, device: torch.device) -> PretrainingStats:
