@@ -79,6 +79,11 @@ class TrainConfig(LoopConfig):
     fresh model or one from --init-from (context extension: 10,000 -> 160,000); None: the preset's
     (160,000, 10,000) or --init-from's."""
 
+    decay_only: bool = False
+    """Re-annealing: the lr starts at --lr at step 0 and decays over all of --max-steps with --decay-shape
+    to 0, no warmup and no stable phase: --schedule wsd --warmup-steps 0 --decay-ratio 1, said in one
+    flag (a released pre-decay checkpoint, e.g. ModernBERT's or Ettin's, decayed on one's own data)."""
+
     def __post_init__(self):
         super().__post_init__()
         if self.masking not in ("static", "dynamic"):
@@ -149,6 +154,21 @@ class TrainConfig(LoopConfig):
                 raise BertmodelError(f"--rope-theta sets ModernBERT's rotary bases; {named} has learned absolute "
                                      "positions (use --architecture modernbert)")
             self.rope_thetas()
+
+    def _check_schedule(self) -> None:
+        """--decay-only is the wsd schedule with neither warmup nor stable phase: its fields
+        are set here, so a run records (and a resume compares) the schedule itself."""
+        if self.decay_only:
+            if self.schedule == "poly":
+                raise BertmodelError("--decay-only decays over the whole run with --decay-shape; drop --schedule poly")
+            if self.warmup_steps:
+                raise BertmodelError(f"--decay-only starts at the peak lr at step 0; drop --warmup-steps "
+                                     f"{self.warmup_steps}")
+            if self.decay_ratio not in (None, 1.0):
+                raise BertmodelError(f"--decay-only decays over all of --max-steps; drop --decay-ratio "
+                                     f"{self.decay_ratio:g}")
+            self.schedule, self.warmup_steps, self.decay_ratio = "wsd", 0, 1.0
+        super()._check_schedule()
 
     def mask_rates(self) -> MaskRateSchedule | None:
         return parse_mask_rate_schedule(self.mask_rate_schedule, self.max_steps) if self.mask_rate_schedule else None

@@ -54,6 +54,9 @@ def _opt(name: str, **kwargs):
       "spent decaying [default: 0.1].")
 @_opt("--decay-shape", type=click.Choice(["1-sqrt", "linear"]), help="With --schedule wsd: the decay's shape, "
       "peak x (1 - sqrt(progress)) (Hägele et al. 2024) or linear [default: 1-sqrt].")
+@click.option("--decay-only", is_flag=True, help="Re-anneal: the lr starts at --lr at step 0 and decays to 0 over "
+              "--max-steps with --decay-shape, no warmup and no stable phase (the same as --schedule wsd "
+              "--warmup-steps 0 --decay-ratio 1); for a pre-decay checkpoint given to --init-from.")
 @_opt("--optimizer", type=click.Choice(list(OPTIMIZERS)), help="AdamW (fused where available), LAMB, or "
       "StableAdamW (AdamW with per-tensor update clipping and fully decoupled weight decay, as ModernBERT).")
 @_opt("--weight-decay", type=click.FloatRange(min=0), help="Decoupled weight decay (not on biases/LayerNorm); "
