@@ -24,7 +24,7 @@ from BertForPreTraining) and `AutoModelForMaskedLM.from_pretrained(RUN/hf)` read
 from __future__ import annotations
 
 from bertmodel.errors import BertmodelError
-from bertmodel.hf import ENCODER_PREFIXES, Pretrained, group_names, load_weights
+from bertmodel.hf import ENCODER_PREFIXES, TIED_KEYS, Pretrained, group_names, load_weights
 from bertmodel.training.partial_steps import PartialSteps
 
 PAIR_HEAD = "cls.seq_relationship."  # BERT's NSP/SOP head
@@ -58,7 +58,7 @@ def start_from(model, pre: Pretrained, head_warmup_steps: int = 0) -> str:
     loaded: its encoder and MLM head, or that the head starts fresh (and what to do about
     it), and any tensor of it left out or of the model left fresh besides."""
     fresh, unused = load_weights(model, pre)
-    head = sorted(name for name in model.state_dict() if _is_mlm_head(name))
+    head = sorted(name for name in model.state_dict() if _is_mlm_head(name) and name not in TIED_KEYS)
     fresh_head = [name for name in fresh if _is_mlm_head(name)]
     others = [name for name in fresh if not _is_mlm_head(name)]
     line = f"initialised from {pre.source} ({pre.architecture}): "
