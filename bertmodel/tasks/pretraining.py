@@ -27,7 +27,7 @@ from bertmodel.data.shards import open_shard_dir
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import UnsupportedModel, load_pretrained
 from bertmodel.training.metrics import StepStats, train_flops
-from bertmodel.model import head_class
+from bertmodel.model import HEADS, head_class
 from bertmodel.model.vocab_growth import plan_growth
 from bertmodel.tasks.warm_start import check_source, head_warmup, source_objective, start_from
 from bertmodel.training.run_dir import source_identity
@@ -100,8 +100,10 @@ class PretrainingTask:
             if implied and pairs:
                 held = " and ".join(PAIRING_WORDS[k] for k in sorted(pairs))
                 pair = " or ".join(DEFAULT_OBJECTIVE[k] for k in sorted(pairs))
+                fresh = f"--objective {pair} adds a fresh one" if "pretraining" in HEADS[self.init.config.model_type] \
+                    else f"{self.init.config.model_type} models have none"
                 self.notes.append(f"{cfg.init_from} has no pair head: MLM alone on the shards' {held}, their labels "
-                                  f"unused (--objective {pair} adds a fresh one)")
+                                  f"unused ({fresh})")
         if self.init is not None:
             check_source(self.init, self.objective)
         # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then).
@@ -232,6 +234,21 @@ class PretrainingTask:
             config = self._wanted_config()
             self._check_positions(config)
             return self.model_class(config)
+        pre = self.checked_source(log)
+        config = pre.config
+        if cfg.rope_theta is not None:  # context extension: the same weights, a new RoPE base
+            config = dataclasses.replace(config, **cfg.rope_thetas())
+            log(f"RoPE theta: global {pre.config.global_rope_theta:,g} -> {config.global_rope_theta:,g}, local "
+                f"{pre.config.local_rope_theta:,g} -> {config.local_rope_theta:,g}")
+        model = self.model_class(config)
+        log(start_from(model, pre, getattr(cfg, "head_warmup_steps", 0)))
+        return model
+
+    def checked_source(self, log):
+        """The --init-from model (its vocabulary grown where the shards' tokenizer extends
+        its own), checked against the options and the shards: its size, vocabulary,
+        tokenizer and positions."""
+        cfg, tok = self.cfg, self.tokenizer
         pre = self.init
         if self.growth is not None:
             pre = self.growth.grow(pre)
@@ -256,14 +273,7 @@ class PretrainingTask:
             raise BertmodelError(f"{cfg.init_from}: its tokenizer is not the one {cfg.data[0]} was built with "
                                  f"({diff}); use shards built with the model's tokenizer")
         self._check_positions(pre.config)
-        config = pre.config
-        if cfg.rope_theta is not None:  # context extension: the same weights, a new RoPE base
-            config = dataclasses.replace(config, **cfg.rope_thetas())
-            log(f"RoPE theta: global {pre.config.global_rope_theta:,g} -> {config.global_rope_theta:,g}, local "
-                f"{pre.config.local_rope_theta:,g} -> {config.local_rope_theta:,g}")
-        model = self.model_class(config)
-        log(start_from(model, pre, getattr(cfg, "head_warmup_steps", 0)))
-        return model
+        return pre
 
     @staticmethod
     def _load_init(path):
