@@ -29,7 +29,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.hf import TIED_KEYS, Pretrained
 from bertmodel.training.partial_steps import PartialSteps
 from bertprep.errors import BertprepError
-from bertprep.tokenizer.vocab_extension import base_pieces, new_token_ids
+from bertprep.tokenizer import base_pieces, new_token_ids
 
 # Tensors indexed by token id besides the input embeddings (whose names end in
 # EMBEDDING_NAMES): the MLM decoders (tied or not) and their biases, of every architecture.

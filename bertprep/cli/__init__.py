@@ -32,7 +32,8 @@ def _register_commands() -> None:
     from bertprep.cli import shards as cli_shards
     from bertprep.cli import tokenizer as cli_tokenizer
 
-    for command in (cli_tokenizer.train_tokenizer_command, cli_tokenizer.encode_command,
+    for command in (cli_tokenizer.train_tokenizer_command, cli_tokenizer.extend_tokenizer_command,
+                    cli_tokenizer.encode_command,
                     cli_shards.build_shards_command, cli_shards.inspect_command, cli_corpus.stdlib_corpus):
         main.add_command(command)
 

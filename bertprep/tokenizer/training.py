@@ -96,11 +96,11 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
     and before the trainer starts."""
     started = time.perf_counter()
     out_dir = pathlib.Path(out_dir)
-    _check_output(out_dir, overwrite)
+    check_output(out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work-", dir=out_dir.parent))
     try:
-        split = _split_corpus(documents, config, work, progress)
+        split = split_corpus(documents, config, work, progress)
         norm = choose_normalisation(nonzero_counts(raw_char_counts(split.train_path)), config.lowercase,
                                     config.strip_accents)
         if on_normalisation is not None:
@@ -114,7 +114,7 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
             warnings.append(f"vocabulary has {trained.vocab_size:,} entries, {shortfall:,} fewer than --vocab-size: "
                             "the corpus has too few distinct words")
         words_of = None if trained.count_model_words else _bert_words(norm)
-        measured = _measure(trained.tokenizer, trained.unk_id, split.measure_path, words_of)
+        measured = measure_tokens(trained.tokenizer, trained.unk_id, split.measure_path, words_of)
         staged = work / "tokdir"
         trained.save(staged)
         fingerprint = trained.fingerprint or load_tokenizer(staged).fingerprint()
@@ -125,7 +125,7 @@ def train_tokenizer(documents: Iterable[list[str]], config: TokenizerTrainingCon
         (staged / REPORT_FILE).write_text(json.dumps(
             {"config": config.recorded(), "report": recorded}, indent=2, ensure_ascii=False) + "\n",
             encoding="utf-8")
-        _publish(staged, out_dir, overwrite)
+        publish(staged, out_dir, overwrite)
         return report
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
@@ -161,7 +161,7 @@ def _report(config: TokenizerTrainingConfig, split, trained: TrainedModel, measu
 # ---------------------------------------------------------------- output directory
 
 
-def _check_output(out_dir: pathlib.Path, overwrite: bool) -> None:
+def check_output(out_dir: pathlib.Path, overwrite: bool) -> None:
     check_parent_is_directory(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BertprepError(f"{describe_path(out_dir)}: exists and is not a directory")
@@ -169,9 +169,9 @@ def _check_output(out_dir: pathlib.Path, overwrite: bool) -> None:
         raise BertprepError(f"{describe_path(out_dir)}: exists and is not empty (use --overwrite to replace it)")
 
 
-def _publish(staged: pathlib.Path, out_dir: pathlib.Path, overwrite: bool) -> None:
+def publish(staged: pathlib.Path, out_dir: pathlib.Path, overwrite: bool) -> None:
     """Move the finished TOKDIR into place with renames (same filesystem)."""
-    _check_output(out_dir, overwrite)
+    check_output(out_dir, overwrite)
     final = out_dir.parent / f".{out_dir.name}.new-{os.getpid()}"
     os.rename(staged, final)
     if out_dir.exists():
@@ -199,7 +199,7 @@ class _Split:
     warnings: list[str] = field(default_factory=list)
 
 
-def _split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool) -> _Split:
+def split_corpus(documents, config: TokenizerTrainingConfig, work: pathlib.Path, progress: bool) -> _Split:
     """Stream documents into train.txt (all, or the sample) and heldout.txt."""
     heldout_path = work / "heldout.txt"
     train_path = work / "train.txt"
@@ -265,7 +265,7 @@ def _bert_words(norm: Normalisation):
     return lambda line: len(pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
 
 
-def _measure(tokenizer: Tokenizer, unk: int | None, path: pathlib.Path, words_of: Callable[[str], int] | None = None,
+def measure_tokens(tokenizer: Tokenizer, unk: int | None, path: pathlib.Path, words_of: Callable[[str], int] | None = None,
              batch_lines: int = 4096) -> tuple[float | None, float | None, int]:
     """([UNK] tokens / tokens, tokens / word, words) over the lines of `path`; words are
     the tokenizer's pre-tokenizer words, or `words_of(line)` when given."""

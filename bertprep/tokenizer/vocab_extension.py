@@ -62,26 +62,27 @@ def new_token_ids(base: LoadedTokenizer, extended: LoadedTokenizer, where: str, 
 def base_pieces(base: LoadedTokenizer, tokens: list[str]) -> list[list[int]]:
     """The base's ids for the text of each of `tokens` (tokens of an extension; module
     docstring). A text the base cannot spell gives its unknown token, where it has one."""
+    unknown = [] if base.special.unk is None else [base.special.unk]
     if base.kind == "wordpiece":
         ids = base.tokenizer.get_vocab(with_added_tokens=False)
-        return [_wordpiece_pieces(ids, token, base.special.unk) for token in tokens]
-    unknown = [] if base.special.unk is None else [base.special.unk]
+        return [[ids[piece] for piece in wordpiece_split(ids, token) or ()] or unknown for token in tokens]
     return [[piece.id for piece in base.tokenizer.model.tokenize(token)] or unknown for token in tokens]
 
 
-def _wordpiece_pieces(ids: dict[str, int], token: str, unk: int) -> list[int]:
-    """WordPiece's greedy longest match of `token` over the vocabulary `ids`; a `##` token
-    is matched as the rest of a word (every piece a `##` piece), as it occurs in text."""
+def wordpiece_split(vocab, token: str) -> list[str] | None:
+    """WordPiece's greedy longest match of `token` over `vocab` (any container of tokens);
+    a `##` token is matched as the rest of a word (every piece a `##` piece), as it occurs
+    in text. None where a character has no piece (WordPiece makes the word [UNK])."""
     continues = token.startswith(CONTINUATION) and len(token) > len(CONTINUATION)
     text = token[len(CONTINUATION):] if continues else token
     pieces, start = [], 0
     while start < len(text):
         prefix = CONTINUATION if continues or start > 0 else ""
         end = len(text)
-        while end > start and prefix + text[start:end] not in ids:
+        while end > start and prefix + text[start:end] not in vocab:
             end -= 1
-        if end == start:  # a character the base lacks: the whole word is [UNK], as WordPiece says
-            return [unk]
-        pieces.append(ids[prefix + text[start:end]])
+        if end == start:
+            return None
+        pieces.append(prefix + text[start:end])
         start = end
     return pieces
