@@ -42,6 +42,9 @@ class TrainConfig(LoopConfig):
     new_rows_only_steps: int = 0
     """With --init-from a model whose tokenizer the shards' tokenizer extends (its vocabulary grows,
     model/vocab_growth.py): the first N steps train only the new embedding rows, every other weight frozen."""
+    init_generator: str | None = None
+    """--objective rtd from transformers' ELECTRA pair: the generator (ElectraForMaskedLM) of the
+    discriminator in --init-from (tasks/electra_start.py)."""
     head_warmup_steps: int = 0
     """With --init-from: the first K steps train the head alone (a fresh one, where the source has no MLM
     head), the encoder keeping the source's weights bit for bit (tasks/warm_start.py)."""
@@ -123,6 +126,9 @@ class TrainConfig(LoopConfig):
         if self.head_warmup_steps and self.new_rows_only_steps:
             raise BertmodelError("--head-warmup-steps and --new-rows-only-steps each train one part alone first; "
                                  "give one")
+        if self.init_generator and (self.objective != "rtd" or not self.init_from):
+            raise BertmodelError("--init-generator is the generator of the ELECTRA discriminator in --init-from: "
+                                 "give both, with --objective rtd")
         if self.head_warmup_steps and self.objective == "rtd":
             raise BertmodelError("--head-warmup-steps trains an MLM head alone; --objective rtd has none to warm up")
         if self.eval_batches <= 0:
@@ -193,7 +199,8 @@ class TrainConfig(LoopConfig):
     def read_paths(self) -> list[tuple[str, str | None]]:
         """What the run reads, which --out may not be or contain."""
         return ([("--data", p) for p in self.data] + [("--eval-data", p) for p in self.eval_data]
-                + [("--init-from", self.init_from), ("--tokenizer", self.tokenizer)])
+                + [("--init-from", self.init_from), ("--init-generator", self.init_generator),
+                   ("--tokenizer", self.tokenizer)])
 
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",

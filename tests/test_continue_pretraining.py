@@ -154,8 +154,11 @@ def test_a_resumed_run_ends_bitwise_where_the_uninterrupted_one_does(continued):
     assert a["model"].keys() == b["model"].keys()
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
-    losses = lambda run: [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]  # noqa: E731
     assert losses(whole) == losses(halves) and len(losses(whole)) == STEPS
+
+
+def losses(run) -> list[float]:
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
 def test_decay_only_lr_per_step_is_its_formula(continued):
@@ -270,3 +273,72 @@ def test_sources_pretrain_cannot_continue_are_one_line(continued, tmp_path):
     assert one_line_error("--init-from", source, *base, "--out", tmp_path / "e", "--decay-only", "--warmup-steps",
                           5) == "Error: --decay-only starts at the peak lr at step 0; drop --warmup-steps 5"
     assert not any((tmp_path / name).exists() for name in "abcde")
+
+
+UNCASED = SHARED_DATA / "bert-base-uncased-vocab.txt"
+
+
+def electra_pair(out, shared: bool = True):
+    """transformers' ELECTRA discriminator and generator (BERT's uncased vocabulary), as
+    Google's pairs come: one embedding module (E 32) that the generator (H 32) and the
+    discriminator (H 64) both read; `shared` False gives the generator a table of its own."""
+    config = dict(vocab_size=30522, embedding_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  max_position_embeddings=128)
+    torch.manual_seed(0)
+    disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(**config, hidden_size=64,
+                                                                         intermediate_size=128))
+    gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(**config, hidden_size=32, intermediate_size=64))
+    if shared:
+        gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+    for name, model in (("disc", disc), ("gen", gen)):
+        model.save_pretrained(out / name)
+        shutil.copyfile(UNCASED, out / name / "vocab.txt")
+    return out / "disc", out / "gen"
+
+
+@pytest.fixture(scope="module")
+def uncased_shards(text, tmp_path_factory):
+    return build_shards(text, UNCASED, tmp_path_factory.mktemp("uncased") / "shards")
+
+
+def test_an_electra_pair_continues_as_one_pair(uncased_shards, tmp_path):
+    """--objective rtd --init-from DISC --init-generator GEN: at step 0 every tensor of both
+    files is the model's, the embedding module one for both; the run exports the pair's
+    transformers classes, which load with nothing missing; the pair's RUN/hf continues as
+    the pair again (its generator found beside it)."""
+    from bertmodel.tasks.rtd import RTDTask
+
+    disc, gen = electra_pair(tmp_path)
+    lines = []
+    cfg = TrainConfig(out=str(tmp_path / "unused"), data=[str(uncased_shards)], objective="rtd", init_from=str(disc),
+                      init_generator=str(gen), batch_size=4)
+    model = RTDTask(cfg, Dist(), lines.append).fresh_model(lines.append)
+    ours = {"disc": model.discriminator.state_dict(), "gen": model.generator.state_dict()}
+    for name in ("disc", "gen"):
+        file = load_file(str(tmp_path / name / "model.safetensors"))
+        assert all(torch.equal(ours[name][key], file[key]) for key in file), name
+    assert model.generator.electra.embeddings is model.discriminator.electra.embeddings
+    assert lines[-1] == (f"initialised from {disc} (ElectraForPreTraining) and its generator {gen} "
+                         "(ElectraForMaskedLM), their one embedding module shared as there")
+    run = tmp_path / "run"
+    ok(bertmodel_main, "pretrain", "--objective", "rtd", "--init-from", disc, "--init-generator", gen, "--data",
+       uncased_shards, "--out", run, "--batch-size", 4, "--max-steps", 2, "--no-progress")
+    for part, cls in (("hf", "ElectraForPreTraining"), ("generator", "ElectraForMaskedLM")):
+        loaded, info = getattr(transformers, cls).from_pretrained(run / part, output_loading_info=True)
+        assert not any(info.values()), (part, info)
+    again = ok(bertmodel_main, "pretrain", "--objective", "rtd", "--init-from", run / "hf", "--data", uncased_shards,
+               "--out", tmp_path / "again", "--batch-size", 4, "--max-steps", 1, "--no-progress")
+    assert (f"initialised from {run / 'hf'} (ElectraForPreTraining) and its generator {run / 'generator'} "
+            "(ElectraForMaskedLM)") in again.output
+
+
+def test_an_electra_pair_that_does_not_share_its_embeddings_is_one_line(uncased_shards, tmp_path):
+    disc, gen = electra_pair(tmp_path, shared=False)
+    base = ("--objective", "rtd", "--data", uncased_shards, "--max-steps", 2, "--batch-size", 4)
+    assert one_line_error(*base, "--init-from", disc, "--init-generator", gen, "--out", tmp_path / "a") == (
+        f"Error: {gen}: its electra.embeddings.position_embeddings.weight is not the discriminator's ({disc}); an "
+        "ELECTRA pair trains one embedding module, so these two were not trained together")
+    assert one_line_error(*base, "--init-from", disc, "--out", tmp_path / "b") == (
+        f"Error: {disc}: an ELECTRA discriminator without its generator; give the generator's directory "
+        "(ElectraForMaskedLM) with --init-generator")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -299,7 +299,8 @@ def test_fill_mask_refuses_a_model_without_an_mlm_head(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--objective", "mlm", "--generator-size", "0.25"], "--generator-size shapes ELECTRA's replaced-token "
                                                          "detection: add --objective rtd"),
-    (["--objective", "rtd", "--init-from", "SELF"], "--init-from with --objective rtd is not supported"),
+    (["--objective", "mlm", "--init-generator", "SELF"], "--init-generator is the generator of the ELECTRA "
+                                                         "discriminator in --init-from: give both, with --objective rtd"),
 ])
 def test_bad_option_combinations_are_one_line_errors(shards, tmp_path, args, message):
     args = [str(shards) if a == "SELF" else a for a in args]

@@ -115,6 +115,9 @@ def _opt(name: str, **kwargs):
 @_opt("--new-rows-only-steps", type=click.IntRange(min=0), metavar="K", help="With --init-from a model whose "
       "tokenizer the shards' extends (bertprep extend-tokenizer; the vocabulary grows, each new row the mean of its "
       "pieces' rows): the first K steps train only the new embedding rows, every other weight unchanged.")
+@_opt("--init-generator", type=EXISTING, help="With --objective rtd --init-from an ELECTRA discriminator "
+      "(ElectraForPreTraining, e.g. google/electra-small-discriminator): its generator's directory "
+      "(ElectraForMaskedLM); the two continue as one pair, their embeddings shared.")
 @_opt("--head-warmup-steps", type=click.IntRange(min=0), metavar="K", help="With --init-from: the first K steps "
       "train the head alone (a fresh one where the model has none, e.g. a sentence-transformers BertModel), the "
       "encoder keeping its weights bit for bit; then everything trains.")

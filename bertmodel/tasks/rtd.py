@@ -27,6 +27,7 @@ from bertmodel.model.config import ModernBertConfig, config_from_dict
 from bertmodel.model.rtd import (DEFAULT_DISCRIMINATOR_WEIGHT, DEFAULT_GENERATOR_SIZE, ReplacedTokenDetection,
                                  discriminator_config, discriminator_head_config, discriminator_state,
                                  generator_config, generator_state, generator_task, pair_classes)
+from bertmodel.tasks.electra_start import pair_start
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training import parallel
 from bertmodel.training.metrics import encoder_flops
@@ -98,15 +99,24 @@ class RTDStats:
 
 class RTDTask(PretrainingTask):
     def __init__(self, cfg, d: parallel.Dist, log):
-        if cfg.init_from:
-            raise BertmodelError("--init-from with --objective rtd is not supported: an RTD run starts its generator "
-                                 "and discriminator together (rerun the same --out to resume one)")
         super().__init__(cfg, d, log)
+        # --init-from a trained pair (tasks/electra_start.py): its two models, as they are.
+        self.start = None
+        if cfg.init_from:
+            shaped = [f"--{n}" for n, v in (("generator-size", cfg.generator_size),
+                                            ("generator-layers", cfg.generator_layers)) if v is not None]
+            if shaped:
+                raise BertmodelError(f"{shaped[0]} shapes a new generator; the one of {cfg.init_from} keeps its "
+                                     "size, so drop it")
+            if self.growth is not None:
+                raise BertmodelError("--objective rtd from a trained pair keeps its vocabulary; build the shards "
+                                     f"with {cfg.init_from}'s own tokenizer")
+            self.start = pair_start(cfg.init_from, self.init, cfg.init_generator, cfg.embedding_sharing)
         self.generator_size = cfg.generator_size or DEFAULT_GENERATOR_SIZE
         self.generator_layers = cfg.generator_layers or 1.0
         self.discriminator_weight = (DEFAULT_DISCRIMINATOR_WEIGHT if cfg.discriminator_weight is None
                                      else cfg.discriminator_weight)
-        self.embedding_sharing = cfg.embedding_sharing or "tied"
+        self.embedding_sharing = self.start.sharing if self.start else cfg.embedding_sharing or "tied"
         wanted = self._wanted_config()
         self.architecture, self.generator_class = (cls.hf_architecture for cls in pair_classes(wanted))
         self.hf_config = discriminator_head_config(wanted)
@@ -115,6 +125,8 @@ class RTDTask(PretrainingTask):
         self.generator = None  # its config, once the model is built
 
     def _wanted_config(self):
+        if getattr(self, "start", None) is not None:
+            return discriminator_config(self.start.config)
         return discriminator_config(self.cfg.model_config(self.tokenizer))
 
     def _build(self, config, generator) -> ReplacedTokenDetection:
@@ -124,8 +136,9 @@ class RTDTask(PretrainingTask):
         g = generator
         sharing = {"tied": "embeddings shared", "gdes": "token table shared gradient-disentangled (DeBERTaV3)"}
         self.log(f"replaced-token detection: generator {g.num_hidden_layers} layers, hidden {g.hidden_size}, "
-                 f"{g.num_attention_heads} heads, intermediate {g.intermediate_size} (x{self.generator_size:.3g} of "
-                 f"the discriminator's width), {sharing[self.embedding_sharing]}; "
+                 f"{g.num_attention_heads} heads, intermediate {g.intermediate_size} "
+                 f"(x{g.hidden_size / config.hidden_size:.3g} of the discriminator's width), "
+                 f"{sharing[self.embedding_sharing]}; "
                  f"loss = MLM + {self.discriminator_weight:g} x BCE; "
                  f"exports RUN/hf ({self.architecture}: the discriminator"
                  f"{', whose encoder loads as ModernBertModel' if isinstance(config, ModernBertConfig) else ''}) "
@@ -134,7 +147,12 @@ class RTDTask(PretrainingTask):
 
     def fresh_model(self, log):
         config = self._wanted_config()
-        return self._build(config, generator_config(config, self.generator_size, self.generator_layers))
+        if self.start is None:
+            return self._build(config, generator_config(config, self.generator_size, self.generator_layers))
+        self.checked_source(log)  # the discriminator against the shards: vocabulary, tokenizer, positions
+        model = self._build(config, self.start.generator)
+        log(self.start.load(model))
+        return model
 
     def model_for_checkpoint(self, resume: dict):
         task = resume.get("task") or {}
@@ -142,8 +160,10 @@ class RTDTask(PretrainingTask):
             raise BertmodelError(f"{self.cfg.out}: a {task.get('objective', 'mlm+nsp')} run; replaced-token detection "
                                  "starts a run of its own: use another --out")
         config = config_from_dict(resume["config"])
-        self._check_same_model(config, None)
         generator = config_from_dict(task["generator_config"])
+        if self.start is not None:  # a run started from a pair: its models are the pair's
+            return self._resumed(resume, config, generator)
+        self._check_same_model(config, (resume.get("train") or {}).get("init_from"))
         # The generator's shape and the tables' layout are the model's: checked here, before
         # the weights are loaded into a model built from today's options.
         sharing = task.get("embedding_sharing", "tied")
@@ -156,6 +176,11 @@ class RTDTask(PretrainingTask):
             raise BertmodelError(f"{self.cfg.out}: its generator has {generator.num_hidden_layers} layers, hidden "
                                  f"{generator.hidden_size}, not {wanted.num_hidden_layers} layers, hidden "
                                  f"{wanted.hidden_size}; resume with the run's --generator-size and --generator-layers")
+        model = self._build(config, generator)
+        model.load_state_dict(resume["model"])
+        return model
+
+    def _resumed(self, resume: dict, config, generator) -> ReplacedTokenDetection:
         model = self._build(config, generator)
         model.load_state_dict(resume["model"])
         return model
