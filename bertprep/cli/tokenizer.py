@@ -141,8 +141,8 @@ def extend_tokenizer_command(base, inputs, text_field, dataset, dataset_config, 
     INPUT..., keeping every base id, and write it to NEWTOK.
 
     WordPiece gains whole words and ## pieces (merges continued from the base's own
-    segmentation of the corpus's words), BPE the merges learned on the corpus after the
-    base's, Unigram pieces with their scores. Tokens per word on the corpus are measured
+    segmentation of the corpus's words), BPE merges continued the same way, appended after
+    the base's, Unigram pieces with their scores. Tokens per word on the corpus are measured
     with the base and with the result. A model trained with the base grows its
     vocabulary for NEWTOK in `bertmodel pretrain --init-from BASE` on shards built with
     NEWTOK. The same inputs give byte-identical files.
@@ -162,7 +162,7 @@ def extend_tokenizer_command(base, inputs, text_field, dataset, dataset_config, 
         click.echo(mix_summary(stats.mix.record()))
     where = [f"{report.reused_slots:,} in [unused] slots"] if report.reused_slots else []
     if report.characters:
-        where.append(f"{report.characters:,} of them characters the base lacked")
+        where.append(f"{report.characters:,} characters the base lacked")
     click.echo(f"added {len(report.added):,} tokens to the {report.kind} tokenizer of {report.base_vocab_size:,}"
                f"{' (' + '; '.join(where) + ')' if where else ''}: {report.vocab_size:,} tokens -> {out_dir}")
     before, after = report.tokens_per_word_before, report.tokens_per_word_after

@@ -6,7 +6,8 @@ model/vocab_growth.py).
 Which tokens, per kind of base:
 - WordPiece: whole words and `##` pieces, by merges continued from the base's own
   segmentation of the corpus's words (extension_wordpiece.py);
-- BPE: merges learned on the corpus, appended after the base's (extension_subword.py);
+- BPE: merges continued from the base's own segmentation of the corpus's words,
+  appended after the base's (extension_subword.py, piece_merges.py);
 - Unigram: pieces learned on the corpus, with their scores (extension_subword.py).
 
 Where: after the base's last id, or with `reuse_unused` first in the base's reserved
@@ -33,9 +34,10 @@ from tokenizers import decoders
 
 from bertprep.errors import BertprepError
 from bertprep.tokenizer.extension_subword import bpe_merges, extended_pipeline, unigram_pieces
-from bertprep.tokenizer.extension_wordpiece import count_words, wordpiece_additions
+from bertprep.tokenizer.extension_wordpiece import wordpiece_additions
 from bertprep.tokenizer.files import LoadedTokenizer, build_tokenizer
 from bertprep.tokenizer.load import load_tokenizer
+from bertprep.tokenizer.piece_merges import count_words
 from bertprep.tokenizer.released import ReleasedTokenizer
 from bertprep.tokenizer.training import check_output, measure_tokens, publish, split_corpus
 from bertprep.tokenizer.training_config import TokenizerTrainingConfig
@@ -142,17 +144,19 @@ def extend_tokenizer(base_path, documents: Iterable[list[str]], config: Extensio
 
 def _choose(base: LoadedTokenizer, train_path, config: ExtensionConfig, progress: bool):
     """(tokens, Unigram scores, BPE merges, characters, warnings) for `base`'s kind."""
-    if base.kind == "wordpiece":
-        with open(train_path, encoding="utf-8", errors="replace") as lines:
-            counts = count_words(base, (line.rstrip("\n") for line in lines))
-        chosen = wordpiece_additions(base, counts, config.add, config.min_frequency)
-        return chosen.tokens, None, None, chosen.characters, chosen.warnings
-    if not isinstance(base, ReleasedTokenizer) or base.kind not in ("bpe", "unigram"):
+    if base.kind not in ("wordpiece", "bpe", "unigram"):
         raise BertprepError(f"{base.source}: a {base.kind} tokenizer; extend-tokenizer extends WordPiece, BPE and "
                             "Unigram ones")
+    if base.kind != "unigram":
+        with open(train_path, encoding="utf-8", errors="replace") as lines:
+            counts = count_words(base, (line.rstrip("\n") for line in lines))
+    if base.kind == "wordpiece":
+        chosen = wordpiece_additions(base, counts, config.add, config.min_frequency)
+        return chosen.tokens, None, None, chosen.characters, chosen.warnings
     if base.kind == "bpe":
-        merges = bpe_merges(base, train_path, config.add, config.min_frequency, progress)
-        tokens, scores = [a + b for a, b in merges], None
+        merges = bpe_merges(base, counts, config.add, config.min_frequency)
+        known = set(base.tokenizer.get_vocab(with_added_tokens=True))
+        tokens, scores = list(dict.fromkeys(result for _, _, result in merges if result not in known)), None
     else:
         pieces = unigram_pieces(base, train_path, config.add, progress)
         tokens, scores, merges = [piece for piece, _ in pieces], dict(pieces), None
