@@ -38,7 +38,9 @@ class TrainConfig(LoopConfig):
     eval_data: list[str] = field(default_factory=list)
     eval_batches: int = 50
     init_from: str | None = None
-    """Any BERT to start from: an HF BertModel/BertForPreTraining/BertForMaskedLM dir or one of our runs/checkpoints."""
+    """The model to start from: one of our runs/checkpoints or a transformers BERT (BertModel, BertForMaskedLM,
+    BertForPreTraining), RoBERTa/XLM-R, ModernBERT or ELECTRA dir; its MLM head loads where it has one
+    (tasks/warm_start.py; an ELECTRA pair with --objective rtd: tasks/electra_start.py)."""
     new_rows_only_steps: int = 0
     """With --init-from a model whose tokenizer the shards' tokenizer extends (its vocabulary grows,
     model/vocab_growth.py): the first N steps train only the new embedding rows, every other weight frozen."""

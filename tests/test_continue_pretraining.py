@@ -267,7 +267,8 @@ def test_sources_pretrain_cannot_continue_are_one_line(continued, tmp_path):
             shutil.copyfile(path, electra / path.name)
     assert one_line_error("--init-from", electra, *base, "--out", tmp_path / "c") == (
         f"Error: {electra}: an ELECTRA discriminator (ElectraForPreTraining), which has no MLM head to continue; "
-        "continue its generator (ElectraForMaskedLM) with MLM, or the pair with --objective rtd")
+        "continue its generator (ElectraForMaskedLM) with MLM, or the pair with --objective rtd --init-generator "
+        "GENERATOR_DIR")
     assert one_line_error(*base, "--out", tmp_path / "d", "--head-warmup-steps", 3) == (
         "Error: --head-warmup-steps holds a starting model's encoder while its head trains: it needs --init-from")
     assert one_line_error("--init-from", source, *base, "--out", tmp_path / "e", "--decay-only", "--warmup-steps",
@@ -342,3 +343,19 @@ def test_an_electra_pair_that_does_not_share_its_embeddings_is_one_line(uncased_
         f"Error: {disc}: an ELECTRA discriminator without its generator; give the generator's directory "
         "(ElectraForMaskedLM) with --init-generator")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_an_electra_generator_continues_as_electra_for_masked_lm(uncased_shards, tmp_path):
+    """An ELECTRA generator alone is an MLM model: MLM alone (no pair head), its head loaded
+    and tied as there, exported as ElectraForMaskedLM that AutoModelForMaskedLM reads whole."""
+    _, gen = electra_pair(tmp_path)
+    run = tmp_path / "run"
+    result = ok(bertmodel_main, "pretrain", "--init-from", gen, "--data", uncased_shards, "--out", run,
+                "--batch-size", 4, "--max-steps", 2, "--no-progress")
+    assert (f"initialised from {gen} (ElectraForMaskedLM): its encoder and MLM head (generator_lm_head.bias, "
+            "generator_predictions.LayerNorm.*, generator_predictions.dense.*), the decoder tied to the word "
+            "embeddings as there") in result.output
+    assert f"{gen} has no pair head: MLM alone on the shards' next-sentence pairs, their labels unused (electra " \
+           "models have none)" in result.output
+    loaded, info = transformers.AutoModelForMaskedLM.from_pretrained(run / "hf", output_loading_info=True)
+    assert type(loaded).__name__ == "ElectraForMaskedLM" and not any(info.values())

@@ -109,8 +109,9 @@ def _opt(name: str, **kwargs):
 @_opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: at the end only).")
 @_opt("--eval-batches", type=click.IntRange(min=1), help="Batches per evaluation.")
 @_opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps.")
-@_opt("--init-from", type=EXISTING, help="Start from our run/checkpoint or a transformers BERT or ModernBERT dir "
-      "(its tokenizer must be the shards'; its architecture and size are kept). A ModernBERT run at a longer "
+@_opt("--init-from", type=EXISTING, help="Start from our run/checkpoint or a transformers BERT, RoBERTa, XLM-R, "
+      "ModernBERT or ELECTRA dir (its tokenizer must be the shards'; its architecture, size and MLM head are kept, "
+      "a fresh head said where it has none; the export is its class). A ModernBERT run at a longer "
       "--max-seq-length's shards is context extension.")
 @_opt("--new-rows-only-steps", type=click.IntRange(min=0), metavar="K", help="With --init-from a model whose "
       "tokenizer the shards' extends (bertprep extend-tokenizer; the vocabulary grows, each new row the mean of its "

@@ -14,7 +14,8 @@ A starting model is, to pre-training, one of:
   then trains that head alone for K steps (head_warmup): the gradients of a random
   head are noise to a trained encoder, so the encoder (its word table, the decoder, with
   it) waits until the head predicts something;
-- an ELECTRA discriminator: no MLM head at all, refused (its generator is the MLM model).
+- an ELECTRA discriminator: no MLM head at all, refused (its generator is the MLM model;
+  the two continue together as --objective rtd: tasks/electra_start.py).
 
 The objective follows the source where --objective is not given: MLM alone unless the
 source has a pair head (BERT's `cls.seq_relationship`), so the run's export is the
@@ -43,7 +44,7 @@ def check_source(pre: Pretrained, objective: str) -> None:
     if pre.architecture == "ElectraForPreTraining" and objective != "rtd":
         raise BertmodelError(f"{pre.source}: an ELECTRA discriminator (ElectraForPreTraining), which has no MLM "
                              "head to continue; continue its generator (ElectraForMaskedLM) with MLM, or the pair "
-                             "with --objective rtd")
+                             "with --objective rtd --init-generator GENERATOR_DIR")
     if not pre.tied:
         raise BertmodelError(f"{pre.source}: its MLM decoder is a matrix of its own, not its word embeddings "
                              "(config.json's tie_word_embeddings is false); pretrain trains tied decoders")
