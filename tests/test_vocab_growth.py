@@ -1,10 +1,11 @@
 """`bertmodel pretrain --init-from BASE` on shards built with an extension of BASE's
 tokenizer (`bertprep extend-tokenizer`): the vocabulary grows (model/vocab_growth.py).
 
-Two released layouts built here as a hub download holds them, at a small width with
+Three released layouts built here as a hub download holds them, at a small width with
 random weights (std 0.5, so logits are far from flat): a transformers BertForMaskedLM with
-BERT-uncased's vocab.txt, extended with Korean petitions, and a RobertaForMaskedLM with
-roberta-base's tokenizer, extended with English WikiText.
+BERT-uncased's vocab.txt, extended with Korean petitions; a RobertaForMaskedLM with
+roberta-base's tokenizer, extended with English WikiText; a ModernBertForMaskedLM with
+ModernBERT-base's tokenizer, extended with Korean into its 83 [unusedK] slots first.
 
 Shown: the model the run starts from (the task's fresh_model) keeps every base row of the
 embeddings and the decoder bias bit for bit, and each new row is the mean of the base rows
@@ -12,7 +13,8 @@ of the pieces transformers' own tokenizer makes of the token's text (float64 mea
 float32 rounding apart); on text that the extension encodes with base ids only, its
 logits over the base vocabulary are transformers' base model's (float64); a run with
 --new-rows-only-steps 2 keeps every other tensor the source's, bit for bit, at steps 1
-and 2 while the new rows move, then moves them; the export loads in transformers with the
+and 2 while the new rows move, then moves them, and stopped at step 1 and resumed ends
+bitwise where it does; the export loads in transformers with the
 new size; a tokenizer that changed a base id, a smaller one, and --new-rows-only-steps
 without an extension are one line each."""
 from __future__ import annotations
@@ -41,7 +43,7 @@ WIKITEXT = SHARED_DATA / "wikitext-2-raw-train-head.txt"
 if not (PETITIONS.is_file() and BERT_UNCASED.is_file() and WIKITEXT.is_file() and TOKENIZERS.is_dir()):
     pytest.skip(f"shared petitions, vocab, WikiText or tokenizers not found under {SHARED_DATA}",
                 allow_module_level=True)
-pytestmark = pytest.mark.slow  # two extensions, four shard builds, one short run: about 30 s
+pytestmark = pytest.mark.slow  # three extensions, six shard builds, two short runs: about 60 s
 KOREAN = ("--text-field", "content", "--sentences", "split")
 FLOAT32_ROUNDING = 2.0 ** -24  # a float64 value rounded to float32 moves by at most this, relatively
 ENGLISH = ["The museum opened in 1921 and its collection grew quickly .",
@@ -71,6 +73,18 @@ def released(family: str, out):
         transformers.BertForMaskedLM(config).save_pretrained(out)
         shutil.copyfile(BERT_UNCASED, out / "vocab.txt")
         return out
+    if family == "modernbert":
+        real = json.loads((TOKENIZERS / "modernbert-base" / "config.json").read_text())
+        config = transformers.ModernBertConfig(**{k: real[k] for k in ("vocab_size", "pad_token_id", "bos_token_id",
+                                                                        "eos_token_id", "cls_token_id", "sep_token_id")},
+                                               hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                               num_attention_heads=2, max_position_embeddings=512,
+                                               global_attn_every_n_layers=2, local_attention=64, initializer_range=0.5)
+        transformers.ModernBertForMaskedLM(config).save_pretrained(out)
+        for path in (TOKENIZERS / "modernbert-base").iterdir():
+            if path.name != "config.json":
+                shutil.copyfile(path, out / path.name)
+        return out
     real = json.loads((TOKENIZERS / "roberta-base" / "config.json").read_text())
     config = transformers.RobertaConfig(**{k: real[k] for k in ("vocab_size", "pad_token_id", "bos_token_id",
                                                                  "eos_token_id")},
@@ -85,7 +99,7 @@ def released(family: str, out):
 
 
 def corpus(family: str, out):
-    if family == "bert":  # 60 petitions, JSON Lines
+    if family in ("bert", "modernbert"):  # 60 petitions, JSON Lines
         out.write_text("".join(PETITIONS.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")
         return out, KOREAN
     lines = [line.strip() for line in WIKITEXT.read_text(encoding="utf-8").splitlines()[:200] if line.strip()]
@@ -99,7 +113,11 @@ def build_shards(text, options, tokenizer, out):
     return out
 
 
-@pytest.fixture(scope="module", params=["bert", "roberta"])
+# ModernBERT's new tokens go to its 83 [unusedK] slots first (their rows start anew too).
+EXTEND = {"bert": (), "roberta": (), "modernbert": ("--reuse-unused",)}
+
+
+@pytest.fixture(scope="module", params=list(EXTEND))
 def grown(request, tmp_path_factory):
     """(family, source, extension, shards built with it, the model a run starts from, its log)."""
     family = request.param
@@ -107,7 +125,8 @@ def grown(request, tmp_path_factory):
     source = released(family, root / "source")
     text, options = corpus(family, root / "corpus.txt")
     extension = root / "extended"
-    ok(bertprep_main, "extend-tokenizer", source, text, *options, "--add", 100, "--out", extension, "--no-progress")
+    ok(bertprep_main, "extend-tokenizer", source, text, *options, "--add", 100, "--out", extension, "--no-progress",
+       *EXTEND[family])
     shards = build_shards(text, options, extension, root / "shards")
     lines = []
     cfg = TrainConfig(out=str(root / "unused"), data=[str(shards)], init_from=str(source), batch_size=4,
@@ -123,7 +142,8 @@ def source_tensors(source) -> dict:
 def names(family: str) -> tuple[str, str]:
     """(the word embeddings, the decoder bias) under our names (transformers' own)."""
     return {"bert": ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias"),
-            "roberta": ("roberta.embeddings.word_embeddings.weight", "lm_head.bias")}[family]
+            "roberta": ("roberta.embeddings.word_embeddings.weight", "lm_head.bias"),
+            "modernbert": ("model.embeddings.tok_embeddings.weight", "decoder.bias")}[family]
 
 
 def transformers_pieces(family: str, source, tokens: list[str]) -> dict[str, list[int]]:
@@ -157,10 +177,12 @@ def test_new_rows_are_the_mean_of_their_pieces_and_base_rows_stay(grown):
     rows = base.vocab_size
     embedding, bias = names(family)
     state, file = model.state_dict(), source_tensors(source)
-    assert state[embedding].shape[0] == extended.vocab_size == rows + 100
-    assert torch.equal(state[embedding][:rows], file[embedding])
-    assert torch.equal(state[bias][:rows], file[bias])
-    tokens = extended.vocab[rows:]
+    new = [i for i, token in enumerate(extended.vocab) if i >= rows or token != base.vocab[i]]
+    kept = sorted(set(range(rows)) - set(new))
+    assert len(new) == 100 and state[embedding].shape[0] == extended.vocab_size == max(new) + 1
+    assert torch.equal(state[embedding][kept], file[embedding][kept])
+    assert torch.equal(state[bias][kept], file[bias][kept])
+    tokens = [extended.vocab[i] for i in new]
     pieces = transformers_pieces(family, source, tokens)
     assert len(pieces) >= 50  # most new tokens checked (BPE: those whose text is one word)
     for token, ids in pieces.items():
@@ -169,13 +191,15 @@ def test_new_rows_are_the_mean_of_their_pieces_and_base_rows_stay(grown):
         torch.testing.assert_close(state[embedding][i].double(), mean, rtol=FLOAT32_ROUNDING, atol=0)
         torch.testing.assert_close(state[bias][i].double(), file[bias][ids].double().mean(), rtol=FLOAT32_ROUNDING,
                                    atol=1e-30)
-    assert f"vocabulary {rows:,} -> {rows + 100:,} rows for {extension}: 100 new tokens, each row the mean of " \
-           "the base rows of its pieces under the base tokenizer" in lines
+    slots = ", 83 of them reserved [unused] slots" if family == "modernbert" else ""
+    assert f"vocabulary {rows:,} -> {extended.vocab_size:,} rows for {extension}: 100 new tokens{slots}, each row " \
+           "the mean of the base rows of its pieces under the base tokenizer" in lines
 
 
 def test_logits_on_base_text_are_the_base_models(grown):
     """Text the extension encodes with base ids only (as the base does): the grown model's
-    logits over the base vocabulary are transformers' base model's, in float64."""
+    logits over the base's tokens (all but renamed slots) are transformers' base model's,
+    in float64."""
     family, source, extension, _, model, _ = grown
     base, extended = load_tokenizer(source), load_tokenizer(extension)
     encoded = [extended.tokenizer.encode(text) for text in ENGLISH]
@@ -191,8 +215,9 @@ def test_logits_on_base_text_are_the_base_models(grown):
         a = model(ids, torch.zeros_like(ids), mask, torch.arange(T).expand(len(ENGLISH), T)).mlm_logits
         b = theirs(input_ids=ids, attention_mask=mask).logits
     real = mask.bool()
-    assert a.shape[-1] == base.vocab_size + 100 and b.shape[-1] == base.vocab_size
-    torch.testing.assert_close(a[real][:, :base.vocab_size], b[real], atol=FLOAT64_TOL, rtol=FLOAT64_TOL)
+    assert a.shape[-1] == extended.vocab_size > b.shape[-1] == base.vocab_size
+    kept = [i for i in range(base.vocab_size) if extended.vocab[i] == base.vocab[i]]  # not the renamed slots
+    torch.testing.assert_close(a[real][:, kept], b[real][:, kept], atol=FLOAT64_TOL, rtol=FLOAT64_TOL)
     assert not torch.allclose(b[real], b[real][:1].expand_as(b[real]))  # the positions' logits differ
 
 
@@ -225,6 +250,13 @@ def test_new_rows_only_steps_keep_every_other_weight_then_train_all(grown, tmp_p
     assert len(moved) >= 0.9 * len(others)  # after the phase, the body and the head train too
     assert not torch.equal(states[3][embedding][:rows], file[embedding])
     assert not torch.equal(states[3][bias], start[bias])
+    # Stopped inside the phase (step 1) and resumed: it continues the phase, bitwise as the whole run.
+    options = ("--init-from", source, "--data", shards, "--tokenizer", extension, "--out", tmp_path / "halves",
+               "--new-rows-only-steps", 2, *RUN)
+    ok(bertmodel_main, "pretrain", *options, "--stop-at", 1)
+    ok(bertmodel_main, "pretrain", *options)
+    again = torch.load(tmp_path / "halves" / "checkpoints" / "step-3" / "state.pt", weights_only=False)["model"]
+    assert all(torch.equal(again[key], states[3][key]) for key in states[3])
     hf, info = transformers.AutoModelForMaskedLM.from_pretrained(run / "hf", output_loading_info=True)
     assert not any(info.values()) and hf.config.vocab_size == rows + 100
     assert len(transformers.AutoTokenizer.from_pretrained(run / "hf")) == rows + 100
