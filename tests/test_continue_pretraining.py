@@ -367,3 +367,16 @@ def test_an_electra_generator_continues_as_electra_for_masked_lm(uncased_shards,
            "models have none)" in result.output
     loaded, info = transformers.AutoModelForMaskedLM.from_pretrained(run / "hf", output_loading_info=True)
     assert type(loaded).__name__ == "ElectraForMaskedLM" and not any(info.values())
+
+
+def test_decay_only_is_the_wsd_schedule_without_warmup_or_stable_phase():
+    """--decay-only's schedule: the formula at every step and past the end, and the very
+    schedule --schedule wsd --warmup-steps 0 --decay-ratio 1 gives; the recorded fields say so."""
+    for shape, decay in (("1-sqrt", lambda p: 1 - math.sqrt(p)), ("linear", lambda p: 1 - p)):
+        cfg = TrainConfig(out="unused", data=["unused"], decay_only=True, lr=3e-4, max_steps=12, decay_shape=shape)
+        schedule = cfg.lr_schedule()
+        assert [schedule(s) for s in range(13)] == [3e-4 * decay(s / 12) for s in range(13)]
+        assert schedule(13) == 0.0
+        assert (cfg.schedule, cfg.warmup_steps, cfg.decay_ratio) == ("wsd", 0, 1.0)
+        assert schedule == TrainConfig(out="unused", data=["unused"], lr=3e-4, max_steps=12, schedule="wsd",
+                                       warmup_steps=0, decay_ratio=1.0, decay_shape=shape).lr_schedule()
