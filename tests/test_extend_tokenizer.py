@@ -24,15 +24,10 @@ from tokenizers import Tokenizer, models
 
 from bertprep.cli import main
 from bertprep.tokenizer import load_tokenizer
-from shared_data import SHARED_DATA, TOKENIZERS
+from extension_fixtures import BERT_UNCASED, KOREAN, WIKITEXT, petitions_head, skip_without_inputs
+from shared_data import TOKENIZERS
 
-PETITIONS = SHARED_DATA / "korean" / "petitions" / "petitions_2017-08"
-BERT_UNCASED = SHARED_DATA / "bert-base-uncased-vocab.txt"
-WIKITEXT = SHARED_DATA / "wikitext-2-raw-train-head.txt"
-if not (PETITIONS.is_file() and BERT_UNCASED.is_file() and WIKITEXT.is_file() and TOKENIZERS.is_dir()):
-    pytest.skip(f"shared petitions, vocab, WikiText or tokenizers not found under {SHARED_DATA}",
-                allow_module_level=True)
-KOREAN = ("--text-field", "content", "--sentences", "split")
+skip_without_inputs()
 pytestmark = pytest.mark.slow  # ten extensions of real tokenizers, two in subprocesses: about 35 s in all
 TRANSFORMERS_MAX_WORD = 100  # transformers' BertTokenizer maps longer words to [UNK] (bertprep/tokenizer/files.py)
 
@@ -49,10 +44,7 @@ def extend(base, corpus, out, *options):
 
 @pytest.fixture(scope="module")
 def petitions(tmp_path_factory):
-    """The first 60 petitions (JSON Lines, 187 kB of Korean)."""
-    out = tmp_path_factory.mktemp("corpus") / "petitions.jsonl"
-    out.write_text("".join(PETITIONS.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")
-    return out
+    return petitions_head(tmp_path_factory.mktemp("corpus") / "petitions.jsonl")
 
 
 @pytest.fixture(scope="module")

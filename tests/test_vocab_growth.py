@@ -34,17 +34,12 @@ from bertmodel.training.parallel import Dist
 from bertprep.cli import main as bertprep_main
 from bertprep.tokenizer import load_tokenizer
 from head_steps import FLOAT64_TOL, in_float64
-from shared_data import SHARED_DATA, TOKENIZERS
+from extension_fixtures import BERT_UNCASED, KOREAN, WIKITEXT, petitions_head, skip_without_inputs
+from shared_data import TOKENIZERS
 
 transformers = pytest.importorskip("transformers")
-PETITIONS = SHARED_DATA / "korean" / "petitions" / "petitions_2017-08"
-BERT_UNCASED = SHARED_DATA / "bert-base-uncased-vocab.txt"
-WIKITEXT = SHARED_DATA / "wikitext-2-raw-train-head.txt"
-if not (PETITIONS.is_file() and BERT_UNCASED.is_file() and WIKITEXT.is_file() and TOKENIZERS.is_dir()):
-    pytest.skip(f"shared petitions, vocab, WikiText or tokenizers not found under {SHARED_DATA}",
-                allow_module_level=True)
+skip_without_inputs()
 pytestmark = pytest.mark.slow  # three extensions, six shard builds, two short runs: about 60 s
-KOREAN = ("--text-field", "content", "--sentences", "split")
 FLOAT32_ROUNDING = 2.0 ** -24  # a float64 value rounded to float32 moves by at most this, relatively
 ENGLISH = ["The museum opened in 1921 and its collection grew quickly .",
            "She was born in the north of the country , where her father worked as a teacher ."]
@@ -99,9 +94,8 @@ def released(family: str, out):
 
 
 def corpus(family: str, out):
-    if family in ("bert", "modernbert"):  # 60 petitions, JSON Lines
-        out.write_text("".join(PETITIONS.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")
-        return out, KOREAN
+    if family in ("bert", "modernbert"):
+        return petitions_head(out), KOREAN
     lines = [line.strip() for line in WIKITEXT.read_text(encoding="utf-8").splitlines()[:200] if line.strip()]
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out, ()
