@@ -43,7 +43,7 @@ class TrainConfig(LoopConfig):
     (tasks/warm_start.py; an ELECTRA pair with --objective rtd: tasks/electra_start.py)."""
     new_rows_only_steps: int = 0
     """With --init-from a model whose tokenizer the shards' tokenizer extends (its vocabulary grows,
-    model/vocab_growth.py): the first N steps train only the new embedding rows, every other weight frozen."""
+    tasks/vocab_growth.py): the first N steps train only the new embedding rows, every other weight frozen."""
     init_generator: str | None = None
     """--objective rtd from transformers' ELECTRA pair: the generator (ElectraForMaskedLM) of the
     discriminator in --init-from (tasks/electra_start.py)."""

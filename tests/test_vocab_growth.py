@@ -1,5 +1,5 @@
 """`bertmodel pretrain --init-from BASE` on shards built with an extension of BASE's
-tokenizer (`bertprep extend-tokenizer`): the vocabulary grows (model/vocab_growth.py).
+tokenizer (`bertprep extend-tokenizer`): the vocabulary grows (tasks/vocab_growth.py).
 
 Three released layouts built here as a hub download holds them, at a small width with
 random weights (std 0.5, so logits are far from flat): a transformers BertForMaskedLM with

@@ -28,7 +28,7 @@ from bertmodel.errors import BertmodelError
 from bertmodel.hf import UnsupportedModel, load_pretrained
 from bertmodel.training.metrics import StepStats, train_flops
 from bertmodel.model import HEADS, head_class
-from bertmodel.model.vocab_growth import plan_growth
+from bertmodel.tasks.vocab_growth import plan_growth
 from bertmodel.tasks.warm_start import check_source, head_warmup, source_objective, start_from
 from bertmodel.training.run_dir import source_identity
 from bertprep.instances import MaskingConfig
@@ -69,7 +69,7 @@ class PretrainingTask:
         self.shards = self._open(cfg.data)
         self.tokenizer = self.shards.tokenizer
         self.init = self._load_init(cfg.init_from) if cfg.init_from else None
-        # A tokenizer that extends the checkpoint's grows its vocabulary (model/vocab_growth.py).
+        # A tokenizer that extends the checkpoint's grows its vocabulary (tasks/vocab_growth.py).
         self.growth = plan_growth(self.init, self.tokenizer, cfg.init_from) if self.init is not None else None
         if getattr(cfg, "new_rows_only_steps", None) and self.growth is None:
             raise BertmodelError("--new-rows-only-steps trains the rows a grown vocabulary adds; give --init-from a "

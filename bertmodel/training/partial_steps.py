@@ -1,6 +1,6 @@
 """Train only part of a model for the first K optimizer steps, everything else bit for bit
 as it was: whole parameters, or some rows of one (the rows a grown vocabulary added,
-model/vocab_growth.py).
+tasks/vocab_growth.py).
 
 How, in three hooks while the phase lasts (run.py attaches it to the optimizer):
 

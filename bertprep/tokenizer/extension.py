@@ -1,7 +1,7 @@
 """`bertprep extend-tokenizer`: a tokenizer's vocabulary extended with the N tokens that
 save the most pieces on a corpus, every base id kept (vocab_extension.py says what an
 extension is; a model trained with the base grows its vocabulary for it, bertmodel's
-model/vocab_growth.py).
+tasks/vocab_growth.py).
 
 Which tokens, per kind of base:
 - WordPiece: whole words and `##` pieces, by merges continued from the base's own

@@ -12,7 +12,7 @@ The normalisation and the model kind must be the base's too: a WordPiece extensi
 lower-cased where its base kept case would encode base words into other ids.
 
 `base_pieces` gives the base tokenizer's pieces of a new token's text, as the model's
-growth averages their embeddings for the new row (bertmodel/model/vocab_growth.py): for
+growth averages their embeddings for the new row (bertmodel/tasks/vocab_growth.py): for
 WordPiece the greedy longest match of the token (a `##` token as a continuation, as it
 occurs), for BPE and Unigram the base model's own tokenization of the token's string
 (already in the model's alphabet: `Ġ`, `▁`).
