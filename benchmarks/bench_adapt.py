@@ -30,9 +30,12 @@ pooler (an MLM model has none), so arms 2 and 3 fine-tune with a fresh one where
 reads MiniLM's; arm 4 fine-tunes with a fresh one too (see without_pooler).
 
 Sizes of the defaults, chosen so that the fine-tunes of arms 1-3 and the 2 adaptations
-take about 35 minutes on 2 cores shared with other work (measured first, with the other
-work running: a fine-tune on 640 sentences, 3 epochs, 2.7 minutes; a pre-training step
-of MiniLM on 32 rows of 64 tokens, 4 seconds):
+take about 35 minutes on 2 cores shared with other work (measured first, with that work
+running: a fine-tune on 640 sentences, 3 epochs, 2.7 minutes; a pre-training step of
+MiniLM on 32 rows of 64 tokens, 4 seconds). Measured: under a load of 4-5 the run took 51
+minutes (fine-tunes 2.3-4 minutes, adaptations 9-13); on the idle machine a fine-tune takes
+0.45 minutes (0.8 CPU) and an adaptation 2.5 (4.8 CPU), about 10 minutes in all. User +
+system time is not immune to contention either: it rose 2-4x under that load.
 - fine-tune: the first --train-examples 480 training sentences (a quarter: the
   low-resource setting, where adaptation is said to pay most; on all 1,920 MiniLM as-is
   reached 0.940 with one seed), 3 epochs (45 steps), 64 tokens (1% of the sentences are
@@ -41,7 +44,7 @@ of MiniLM on 32 rows of 64 tokens, 4 seconds):
 - adaptation: --adapt-steps 120 steps (3,840 rows of the corpus's ~5,800: two thirds of
   a pass), the first 40 the fresh head's alone; extension: --add-tokens 500.
 
-Prints, per arm, mean ± sd over seeds, the gap to arm 1 and whether it exceeds the spread
+Prints, per arm, mean ± sd over seeds, the gap to arms 1 and 4 and whether it exceeds the spread
 (the sum of both sds), the CPU minutes each adaptation cost (user + system time of its
 extend-tokenizer, build-shards and pretrain commands, from getrusage(RUSAGE_CHILDREN)
 deltas; build-shards runs with --workers 1 so its work is all counted; wall minutes
