@@ -79,7 +79,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import minilm_dir  # noqa: E402
 from transfer import cli, summary, task_files  # noqa: E402
-from transfer_korean import CORPUS, KOREAN, Stages, cpu_seconds, nsmc_split  # noqa: E402
+from transfer_korean import CORPUS, KOREAN, Stages, cpu_seconds, finished_runs, nsmc_split  # noqa: E402
 
 ARMS = ("as-is", "continued", "extended", "no-pooler")
 ARM_LABELS = {"as-is": "MiniLM as-is", "continued": "continued", "extended": "extended + continued",
@@ -256,11 +256,7 @@ def main() -> None:
         elif arm != "as-is":
             models[arm], costs[arm] = adapt(args, work, stages, domain, minilm, arm)
     results_file = work / "results.jsonl"
-    done = {}
-    if results_file.is_file():
-        for line in results_file.read_text().splitlines():
-            record = json.loads(line)
-            done[record["key"]] = record
+    done = finished_runs(results_file)
     started = time.perf_counter()
     for seed in args.seeds:  # seed by seed: a run cut short leaves every arm with the same seeds done
         for arm in args.arms:

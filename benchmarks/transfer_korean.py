@@ -64,6 +64,14 @@ TOKENIZERS = {"default": [], "old": ["--strip-accents", "--limit-alphabet", "100
 CORPUS = ["--text-field", "content", "--sentences", "split"]
 
 
+def finished_runs(results_file: Path) -> dict:
+    """The fine-tunes a previous invocation finished (results.jsonl), by their key."""
+    if not results_file.is_file():
+        return {}
+    records = (json.loads(line) for line in results_file.read_text().splitlines())
+    return {record["key"]: record for record in records}
+
+
 def cpu_seconds() -> float:
     """User + system seconds of every finished, waited-for child and of its own waited-for
     children. build-shards' workers are children of multiprocessing's forkserver, which
@@ -306,11 +314,7 @@ def main() -> None:
     for name in dict.fromkeys(arm.split()[0] for arm, _ in arms):
         runs[name], costs[name] = prepare(args, work, stages, name)
     results_file = work / "results.jsonl"
-    done = {}
-    if results_file.is_file():
-        for line in results_file.read_text().splitlines():
-            record = json.loads(line)
-            done[record["key"]] = record
+    done = finished_runs(results_file)
     started = time.perf_counter()
     for arm, seeds in arms:
         for seed in seeds:
