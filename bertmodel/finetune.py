@@ -46,6 +46,16 @@ class FinetuneConfig(LoopConfig):
     """ModernBERT, classify and choice only (qa and tokens score every token): the sequence's vector,
     "cls" (the first token) or "mean" (of the real tokens), as transformers' config field; None: the
     model's own (cls for a fresh one)."""
+    teacher: str | None = None
+    """Knowledge distillation from this model (distill/): classify, qa, tokens and choice learn a fine-tuned
+    run's or transformers directory's logits (its labels must be this run's); embed learns an embedder's
+    vectors (MSE) or a cross-encoder's (a rerank run's) score margins (MarginMSE)."""
+    kd_alpha: float = 0.5
+    """With --teacher (classify, qa, tokens, choice): the distillation loss's share, loss = alpha x T^2 x
+    KL(teacher/T || student/T) + (1 - alpha) x the task's loss (Hinton et al. 2015); 1: the teacher alone."""
+    kd_temperature: float = 2.0
+    """With --teacher (classify, qa, tokens, choice): T, the softmax temperature both sides' logits are
+    divided by in the distillation loss."""
     init: str = "pretrained"
     """"pretrained": the model's weights; "random": only its shape (or --model random:PRESET's),
     every weight drawn afresh from the seed, the control that shows what pre-training bought."""
@@ -178,6 +188,7 @@ class FinetuneConfig(LoopConfig):
             raise BertmodelError(f"rerank loss must be bce or listwise, got {self.rerank_loss!r}")
         if self.init not in ("pretrained", "random"):
             raise BertmodelError(f"init must be pretrained or random, got {self.init!r}")
+        self._check_distillation_options()
         if self.task == "embed":
             self._check_embed_options()
         if self.max_seq_length is None:
@@ -191,6 +202,14 @@ class FinetuneConfig(LoopConfig):
                 value = getattr(self, name)
                 if isinstance(value, str) and value.isdigit():
                     setattr(self, name, int(value))
+
+    def _check_distillation_options(self) -> None:
+        if not 0 <= self.kd_alpha <= 1:
+            raise BertmodelError(f"kd-alpha must be between 0 and 1, got {self.kd_alpha}")
+        if not self.kd_temperature > 0:
+            raise BertmodelError(f"kd-temperature must be positive, got {self.kd_temperature}")
+        if self.teacher is not None and self.task == "rerank":
+            raise BertmodelError("--teacher distils into classify, qa, tokens, choice and embed runs, not rerank")
 
     def _check_embed_options(self) -> None:
         if self.pooling not in (None, "mean", "cls"):
@@ -227,13 +246,13 @@ class FinetuneConfig(LoopConfig):
         """What the run reads, which --out may not be or contain."""
         model = None if self.model.startswith("random:") else self.model
         return [("--model", model), ("--train", self.train), ("--validation", self.validation),
-                ("--tokenizer", self.tokenizer)]
+                ("--tokenizer", self.tokenizer), ("--teacher", self.teacher)]
 
     def meaningful_options(self) -> tuple[str, ...]:
         return MEANINGFUL + ("model", "architecture", "classifier_pooling", "init", "max_seq_length", "epochs", "doc_stride", "max_query_length",
                              "metric_for_best", "positive_label", "label_all_tokens", "max_train_examples", "rerank_loss", "rerank_top_k",
                              "pooling", "scale", "mini_batch_size", "matryoshka_dims", "max_passage_length",
-                             "query_prefix", "passage_prefix",
+                             "query_prefix", "passage_prefix", "teacher", "kd_alpha", "kd_temperature",
                              "max_eval_examples")
 
     def first(self, examples, which: str):

@@ -84,6 +84,19 @@ class TrainConfig(LoopConfig):
     fresh model or one from --init-from (context extension: 10,000 -> 160,000); None: the preset's
     (160,000, 10,000) or --init-from's."""
 
+    teacher: str | None = None
+    """--objective minilm: the model distilled from (our run/checkpoint or a transformers directory of any
+    architecture we read), whose tokenizer must be the shards' (tasks/minilm.py)."""
+    teacher_layer: int | None = None
+    """minilm: the teacher layer (counted from 1) whose self-attention relations the student's last layer
+    learns; None: the last (MiniLMv2 takes an upper-middle one for large teachers)."""
+    relation_heads: int | None = None
+    """minilm: the relation heads the queries, keys and values are split into (each width must divide by
+    it); None: the teacher's attention heads."""
+    hidden_distill_weight: float = 0.0
+    """minilm: the weight of an added MSE between the student's last hidden states and the teacher layer's
+    (TinyBERT), through a learnt projection where the widths differ; 0: relations alone (MiniLMv2)."""
+
     decay_only: bool = False
     """Re-annealing: the lr starts at --lr at step 0 and decays over all of --max-steps with --decay-shape
     to 0, no warmup and no stable phase: --schedule wsd --warmup-steps 0 --decay-ratio 1, said in one
@@ -99,8 +112,9 @@ class TrainConfig(LoopConfig):
             raise BertmodelError(f"mask-rate must be strictly between 0 and 1, got {self.mask_rate}")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise BertmodelError(f"max-predictions must be positive, got {self.max_predictions}")
-        if self.objective not in (None, "mlm+nsp", "mlm+sop", "mlm", "rtd"):
-            raise BertmodelError(f"objective must be mlm+nsp, mlm+sop, mlm or rtd, got {self.objective!r}")
+        if self.objective not in (None, "mlm+nsp", "mlm+sop", "mlm", "rtd", "minilm"):
+            raise BertmodelError(f"objective must be mlm+nsp, mlm+sop, mlm, rtd or minilm, got {self.objective!r}")
+        self._check_minilm_options()
         rtd = {"generator_size": self.generator_size, "generator_layers": self.generator_layers,
                "discriminator_weight": self.discriminator_weight, "embedding_sharing": self.embedding_sharing}
         if self.embedding_sharing not in (None, "tied", "gdes"):
@@ -163,6 +177,23 @@ class TrainConfig(LoopConfig):
                                      "positions (use --architecture modernbert)")
             self.rope_thetas()
 
+    def _check_minilm_options(self) -> None:
+        given = [name for name in ("teacher_layer", "relation_heads") if getattr(self, name) is not None]
+        if self.hidden_distill_weight:
+            given.append("hidden_distill_weight")
+        if self.objective == "minilm" and not self.teacher:
+            raise BertmodelError("--objective minilm distils a teacher's self-attention relations: give --teacher DIR")
+        if (self.teacher or given) and self.objective != "minilm":
+            option = "teacher" if self.teacher else given[0]
+            raise BertmodelError(f"--{option.replace('_', '-')} is for task-agnostic distillation: add --objective "
+                                 "minilm")
+        if self.teacher_layer is not None and self.teacher_layer < 1:
+            raise BertmodelError(f"teacher-layer counts from 1, got {self.teacher_layer}")
+        if self.relation_heads is not None and self.relation_heads < 1:
+            raise BertmodelError(f"relation-heads must be at least 1, got {self.relation_heads}")
+        if self.hidden_distill_weight < 0:
+            raise BertmodelError(f"hidden-distill-weight must be 0 or positive, got {self.hidden_distill_weight}")
+
     def _check_schedule(self) -> None:
         """--decay-only is the wsd schedule with neither warmup nor stable phase: its fields
         are set here, so a run records (and a resume compares) the schedule itself."""
@@ -202,12 +233,13 @@ class TrainConfig(LoopConfig):
         """What the run reads, which --out may not be or contain."""
         return ([("--data", p) for p in self.data] + [("--eval-data", p) for p in self.eval_data]
                 + [("--init-from", self.init_from), ("--init-generator", self.init_generator),
-                   ("--tokenizer", self.tokenizer)])
+                   ("--tokenizer", self.tokenizer), ("--teacher", self.teacher)])
 
     def meaningful_options(self) -> tuple[str, ...]:
         return (*super().meaningful_options(), "architecture", "masking", "mask_rate", "max_predictions", "objective",
                 "mask_rate_schedule", "batch_size_warmup", "rope_theta", "generator_size", "generator_layers",
-                "discriminator_weight", "embedding_sharing", "new_rows_only_steps", "head_warmup_steps")
+                "discriminator_weight", "embedding_sharing", "new_rows_only_steps", "head_warmup_steps", "teacher",
+                "teacher_layer", "relation_heads", "hidden_distill_weight")
 
     def model_config(self, tokenizer) -> BertConfig | ModernBertConfig | RobertaConfig:
         """The model a fresh run builds: the preset of the architecture, the size

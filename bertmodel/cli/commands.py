@@ -87,11 +87,20 @@ def _opt(name: str, **kwargs):
       "schedule counts steps.")
 @_opt("--rope-theta", metavar="G[,L]", help="ModernBERT: the RoPE base of the global (and local) layers, for a "
       "preset or --init-from (context extension: 160000). Default: the preset's 160000,10000 or --init-from's.")
-@_opt("--objective", type=click.Choice(["mlm+nsp", "mlm+sop", "mlm", "rtd"]), help="mlm+nsp (BERT), mlm+sop (ALBERT; "
-      "shards built with --pairs sop), mlm alone (RoBERTa; exports BertForMaskedLM) or rtd: ELECTRA's replaced-token "
-      "detection (a small generator MLM fills the masked slots with samples, the discriminator learns from every "
-      "token which were replaced; RUN/hf the discriminator, ElectraForPreTraining or for modernbert "
-      "ModernBertForTokenClassification, RUN/generator the generator). Default: what the shards hold.")
+@_opt("--objective", type=click.Choice(["mlm+nsp", "mlm+sop", "mlm", "rtd", "minilm"]), help="mlm+nsp (BERT), "
+      "mlm+sop (ALBERT; shards built with --pairs sop), mlm alone (RoBERTa; exports BertForMaskedLM), rtd: ELECTRA's "
+      "replaced-token detection (a small generator MLM fills the masked slots with samples, the discriminator learns "
+      "from every token which were replaced; RUN/hf the discriminator, ElectraForPreTraining or for modernbert "
+      "ModernBertForTokenClassification, RUN/generator the generator), or minilm: the student learns --teacher's "
+      "self-attention relations (MiniLMv2; RUN/hf a plain encoder). Default: what the shards hold.")
+@_opt("--teacher", type=EXISTING, help="minilm: the model to distil (our run or a transformers dir; its tokenizer "
+      "must be the shards').")
+@_opt("--teacher-layer", type=click.IntRange(min=1), help="minilm: the teacher layer (from 1) whose Q-Q, K-K and V-V "
+      "relations the student's last layer learns [default: the last; an upper-middle one for large teachers].")
+@_opt("--relation-heads", type=click.IntRange(min=1), help="minilm: relation heads the queries, keys and values are "
+      "split into [default: the teacher's attention heads].")
+@_opt("--hidden-distill-weight", type=click.FloatRange(min=0), help="minilm: add this weight x the MSE of the "
+      "student's last hidden states to the teacher layer's (TinyBERT; a learnt projection where widths differ).")
 @_opt("--generator-size", type=click.FloatRange(0, 1, min_open=True), help="rtd: the generator's hidden size, heads "
       "and feed-forward width as a fraction of the discriminator's [default: 1/3, ELECTRA-Base; Large used 1/4].")
 @_opt("--generator-layers", type=click.FloatRange(0, 1, min_open=True), help="rtd: the generator's depth as a "

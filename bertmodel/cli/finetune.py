@@ -180,6 +180,11 @@ def training_options(task: str):
              "checkpoint is kept as well."),
         _opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps."),
         task_opt("--metric-for-best", task, "Eval metric picking the model kept in RUN/hf."),
+        *([_opt("--teacher", type=EXISTING, help=TEACHER_HELP[task])] if task in TEACHER_HELP else []),
+        *([_opt("--kd-alpha", type=click.FloatRange(0, 1), help="With --teacher: the distillation loss's share of "
+                "the loss (alpha x T^2 x KL + (1 - alpha) x the task's loss); 1: the teacher alone."),
+           _opt("--kd-temperature", type=click.FloatRange(min=0, min_open=True), help="With --teacher: the softmax "
+                "temperature T of both sides' logits in the distillation loss.")] if task in KD_TASKS else []),
         *([_opt("--num-labels", type=click.IntRange(min=1), help="Classes (1 = regression) [default: from the "
                 "data].")] if task == "classify" else []),
         _opt("--tokenizer", type=EXISTING, help=f"{TOKENIZER_HELP}, when the model dir carries none."),
@@ -189,6 +194,15 @@ def training_options(task: str):
         progress_option,
     ])
 
+
+# The tasks a teacher distils into (distill/), and what --teacher is for each.
+KD_TASKS = ("classify", "qa", "tokens", "choice")
+TEACHER_HELP = {**{task: "Distil from this fine-tuned run or transformers directory (its labels must be this run's, "
+                         "its tokenizer the model's): the loss adds its softened logits' KL (Hinton et al. 2015)."
+                   for task in KD_TASKS},
+                "embed": "Distil from this model: an embedder (a sentence-transformers dir or embed run: MSE to its "
+                         "normalised vectors of --train's texts, computed once and cached) or a cross-encoder (a "
+                         "rerank run: MarginMSE to its score margins on (query, positive, negative) rows)."}
 
 # The tasks that score one vector per sequence (ModernBERT's classifier_pooling makes it);
 # qa and tokens score every token.

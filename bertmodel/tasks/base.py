@@ -24,6 +24,10 @@ and, where a task has them (pre-training):
                                          a batch-size warmup) or None
   step_metrics(step)                     what metrics.jsonl records of a step beyond the loss
                                          (a mask-rate schedule's rate)
+and, where a task trains against another model (distillation's teacher):
+  training_module(model, device)         the module the steps call instead of the model (the model
+                                         and a frozen teacher: its output's loss is the distillation
+                                         loss); checkpoints, evaluation and exports see the model alone
 and exports through hf.export_hf with the task's architecture and head config.
 """
 from __future__ import annotations

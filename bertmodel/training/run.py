@@ -218,7 +218,10 @@ def _run(cfg, make_task, d: parallel.Dist, run: Path, log) -> dict:
     if step >= cfg.max_steps and not pending:  # (a stop cut its last evaluation short: do it)
         log(f"{run} already reached step {step:,} of {cfg.max_steps:,}; nothing to do")
         return {"step": step, "checkpoint": str(latest)}
-    train_model = parallel.wrap(model, d, cfg.compile)
+    # A task that trains against another model (a distillation teacher) wraps the model for the
+    # forward and backward only: checkpoints, evaluation and exports see the model alone.
+    trained = task.training_module(model, d.device) if hasattr(task, "training_module") else model
+    train_model = parallel.wrap(trained, d, cfg.compile)
     precision = cfg.precision or ("bf16" if d.device.type == "cuda" else "fp32")
     autocast = (torch.autocast(d.device.type, dtype=torch.bfloat16) if precision == "bf16"
                 else contextlib.nullcontext())
