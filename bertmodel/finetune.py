@@ -289,6 +289,10 @@ def make_task(cfg: FinetuneConfig, d, log):
         from bertmodel.tasks.rerank import RerankTask
 
         task = RerankTask(cfg, d, log)
+    elif cfg.task == "embed" and cfg.teacher:
+        from bertmodel.tasks.embed_distill import EmbedDistillTask
+
+        task = EmbedDistillTask(cfg, d, log)
     elif cfg.task == "embed":
         from bertmodel.tasks.embed import EmbedTask
 

@@ -42,7 +42,7 @@ from bertmodel.model.config import BertConfig, ModernBertConfig, config_from_dic
 from bertmodel.model.rtd import discriminator_state, generator_state, generator_task
 from bertmodel.errors import BertmodelError
 from bertmodel.data.tokenizer_info import TOKENIZER_FILES, TokenizerInfo, has_tokenizer, tokenizer_info
-from bertmodel.retrieval.sentence_files import SENTENCE_FILES, write_sentence_files
+from bertmodel.retrieval.sentence_files import SENTENCE_FILES, read_projection, write_sentence_files
 from bertmodel.hf_tokenizer import input_names, reading_length, special_ids, write_tokenizer
 
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "decoder.weight",
@@ -189,6 +189,12 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
     try:
         tmp.mkdir()
         tensors = hf_tensors(state_dict)
+        # A bi-encoder's projection is sentence-transformers' Dense module, not the encoder's
+        projection = {k.removeprefix("projection."): tensors.pop(k) for k in list(tensors) if k.startswith("projection.")}
+        if projection and not (task or {}).get("sentence_transformers"):
+            raise BertmodelError(f"{out_dir}: the model has a projection (projection.*), which only a "
+                                 "sentence-transformers export carries (a Dense module); export it with its embed "
+                                 "settings")
         if architecture in BARE_ARCHITECTURES:
             prefix = BARE_ARCHITECTURES[architecture]
             tensors = {k.removeprefix(prefix): v for k, v in tensors.items()}
@@ -200,7 +206,7 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_tokenizer(tmp, tokenizer, config.max_sequence_length, reading_length(task), input_names(config))
         if task and task.get("sentence_transformers"):  # an embed run's: SentenceTransformer(dir) loads it
-            write_sentence_files(tmp, task["sentence_transformers"])
+            write_sentence_files(tmp, task["sentence_transformers"], projection)
         if task:
             (tmp / TASK_FILE).write_text(json.dumps(task, indent=2, sort_keys=True) + "\n")
         unlisted = sorted(p.name for p in tmp.iterdir() if p.name not in EXPORT_FILES)
@@ -352,7 +358,7 @@ def load_pretrained(path, part: str = "discriminator") -> Pretrained:
             cfg = config_from_dict(config)
         except BertmodelError as exc:
             raise BertmodelError(f"{path}/config.json: {exc}") from None
-        raw = _hf_state_dict(path, config["model_type"])
+        raw = {**_hf_state_dict(path, config["model_type"]), **read_projection(path)}  # (a Dense module's)
         sd = complete_state_dict(raw)
         tok = tokenizer_info(path) if has_tokenizer(path) else None
         arch = _architecture(config, sd, path)
@@ -466,6 +472,8 @@ def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, whic
         task["options"] = {"max_seq_length": length}
     if pre.head.get("objective") == "rtd":  # an ELECTRA model says so: evaluate/predict refuse it, fill-mask finds its part
         task.update({k: pre.head[k] for k in ("name", "objective", "part") if k in pre.head})
+    if pre.head.get("sentence_transformers"):  # an embedder keeps its sentence-transformers files (and projection)
+        task.update({k: pre.head[k] for k in ("name", "embedding", "sentence_transformers") if k in pre.head})
     export_hf({"model": pre.state_dict, "config": pre.config.to_dict(), "task": task},
               out_dir, tokenizer=tok, overwrite=overwrite)
     return pre, note

@@ -27,6 +27,8 @@ EMBED_OPTIONS = [
     _opt("--max-passage-length", type=click.IntRange(min=3), help="Tokens kept of a passage [default: 256]."),
     _opt("--query-prefix", help="Text put before every query, e.g. 'query: ' (recorded in the export's prompts)."),
     _opt("--passage-prefix", help="Text put before every passage, e.g. 'passage: '."),
+    _opt("--text-column", help="With an embedder as --teacher and a table as --train: the column of texts "
+         "[default: text, passage, document, sentence, query, question or anchor; title + text joined as BEIR]."),
 ]
 
 
@@ -46,9 +48,18 @@ def embed(**options):
     pairs; metrics nDCG@10, MRR@10, Recall@100, MAP (trec_eval's). RUN/hf loads as
     SentenceTransformer("RUN/hf") and as transformers' AutoModel.
 
+    Distillation (--teacher): from an embedder (a sentence-transformers dir or embed
+    run), --train is texts (a text file with one per line, a table's --text-column, or a
+    BEIR directory's corpus and queries) and the loss the MSE to the teacher's unit
+    vectors (a learnt projection where the widths differ, exported as a Dense module);
+    from a cross-encoder (a rerank run), --train is (query, positive, negative) rows and
+    the loss MarginMSE. The teacher's vectors or scores are computed once and kept in
+    RUN/teacher-targets.
+
     \b
     Example:
       bertmodel squad-to-beir squad-v1.1-train-head.json --out beir-squad/
       bertmodel finetune embed --model minilm/ --train beir-squad/ --validation beir-squad/ --out embed/
+      bertmodel finetune embed --model small/ --teacher minilm/ --train sentences.txt --validation beir-squad/ --out distilled/
     """
     _run("embed", options)

@@ -13,6 +13,12 @@ the real tokens (padding excluded; sum / max(count, 1e-9) as there), or "cls", t
 token's state. BERT's (and RoBERTa's) pooler (dense + tanh) is kept in the weights,
 unread, so the export loads in transformers with nothing newly initialised.
 
+Projection (`projection_dim`): a linear map of the pooled vector to another width before
+it is normalised, sentence-transformers' Dense module without activation; a distilled
+student learns one where its teacher's vectors are wider or narrower than its hidden
+states (tasks/embed_distill.py). Its tensors are `projection.weight` / `projection.bias`,
+exported as the Dense module's (retrieval/sentence_files.py), not in the encoder's file.
+
 GradCache (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory
 Limited Setup"; sentence-transformers' CachedMultipleNegativesRankingLoss does the same):
 with `mini_batch_size`, the batch's texts are embedded `mini_batch_size` at a time without
@@ -60,20 +66,29 @@ class _BiEncoder:
 
     def __init__(self, config, pooling: str = "mean", scale: float = DEFAULT_SCALE,
                  mini_batch_size: int | None = None, matryoshka_dims: tuple[int, ...] | None = None,
-                 normalize: bool = True):
+                 normalize: bool = True, projection_dim: int | None = None):
         super().__init__(config)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be mean or cls, got {pooling!r}")
         self.pooling, self.scale, self.mini_batch_size = pooling, float(scale), mini_batch_size
         self.matryoshka_dims = tuple(matryoshka_dims) if matryoshka_dims else None
         self.normalize = normalize
+        self.projection = torch.nn.Linear(config.hidden_size, projection_dim) if projection_dim else None
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        if self.projection is not None:  # nn.Linear's own init, as sentence-transformers' Dense starts
+            self.projection.reset_parameters()
 
     def embed(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """(B, T) -> (B, H) pooled vectors (normalised unless normalize is False)."""
+        """(B, T) -> (B, H) pooled vectors, or (B, projection_dim) projected ones
+        (normalised unless normalize is False)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         hidden = self.encoder(input_ids, token_type_ids, attention_mask)
         vectors = pool(hidden, attention_mask, self.pooling)
+        if self.projection is not None:
+            vectors = self.projection(vectors)
         return torch.nn.functional.normalize(vectors, p=2, dim=-1) if self.normalize else vectors
 
     def loss_of(self, queries, passages, text_ids) -> torch.Tensor:

@@ -2,8 +2,8 @@
 `bertmodel embed`, `search`, `evaluate` and the eval suite load.
 
 `load_embedder(path)` reads an embed run (RUN, RUN/hf, a checkpoint), any
-sentence-transformers directory (its pooling, normalisation, prompts, length and
-similarity), or any other encoder: a pre-training run or its export, a transformers
+sentence-transformers directory (its pooling, a linear Dense projection, normalisation,
+prompts, length and similarity), or any other encoder: a pre-training run or its export, a transformers
 BERT, ModernBERT or ELECTRA directory (mean pooling, normalised: the usual
 sentence-embedding reading of an encoder, so a starting model has a baseline); our
 fine-tuned classifiers and the like are refused. `encode_queries` / `encode_passages` give
@@ -43,7 +43,8 @@ class Embedder:
 
     @property
     def dimension(self) -> int:
-        return self.model.config.hidden_size
+        projection = getattr(self.model, "projection", None)  # a distilled student's Dense module
+        return self.model.config.hidden_size if projection is None else projection.out_features
 
     def encode(self, texts: list[str], kind: str = "passage", on_batch=None) -> np.ndarray:
         """(n, D) float32 vectors of `texts` read as queries or passages (`kind`)."""
@@ -138,7 +139,9 @@ def load_embedder(path, device: str = "cpu", batch_size: int = 64, max_passage_l
             settings[name] = value
     for name in ("max_passage_length", "max_query_length"):
         settings[name] = min(int(settings[name]), pre.config.max_sequence_length)
-    model = ENCODER_READERS[model_type](pre.config, pooling=settings["pooling"], normalize=settings["normalize"])
+    projection = pre.state_dict.get("projection.weight")  # a Dense module (sentence_files.read_projection) or ours
+    model = ENCODER_READERS[model_type](pre.config, pooling=settings["pooling"], normalize=settings["normalize"],
+                                        projection_dim=None if projection is None else projection.shape[0])
     load_into(model, pre)
     dev = torch.device(parallel.resolve_device(device))
     return Embedder(model.to(dev).eval(), tokenizer_path(pre.tokenizer), settings, dev,

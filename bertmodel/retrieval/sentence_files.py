@@ -4,6 +4,10 @@
   modules.json                      Transformer (this directory) -> Pooling -> Normalize
   sentence_bert_config.json         the Transformer module: last_hidden_state as token_embeddings
   1_Pooling/config.json             mean or cls, over the prompt's tokens too (as we pool)
+  2_Dense/config.json, model.safetensors
+                                    only where the bi-encoder has a projection (a distilled student
+                                    whose teacher's width is not its own): Linear, no activation;
+                                    Normalize is then 3_Normalize
   2_Normalize/config.json           unit vectors (what the cosine and our search use)
   config_sentence_transformers.json the prompts ("query", "document": our --query-prefix and
                                     --passage-prefix, which encode_query / encode_document
@@ -24,8 +28,12 @@ from pathlib import Path
 from bertmodel.errors import BertmodelError
 
 MODULES = "modules.json"
+DENSE_DIR = "2_Dense"
 SENTENCE_FILES = frozenset({MODULES, "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling",
-                            "2_Normalize"})
+                            "2_Normalize", DENSE_DIR, "3_Normalize"})
+# The Dense activation our projection is (none); a Dense module with another is refused.
+IDENTITY = "torch.nn.modules.linear.Identity"
+DENSE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 
 def _dump(path: Path, value) -> None:
@@ -44,18 +52,23 @@ def _versions() -> dict:
     return out
 
 
-def write_sentence_files(out_dir, settings: dict) -> None:
+def write_sentence_files(out_dir, settings: dict, projection: dict | None = None) -> None:
     """settings: {"pooling", "dimension", "normalize", "query_prefix", "passage_prefix",
     "max_seq_length"} (what tasks/embed.py records in its state; the length goes into
-    tokenizer_config.json, which hf_tokenizer.write_tokenizer writes)."""
+    tokenizer_config.json, which hf_tokenizer.write_tokenizer writes). projection: the
+    bi-encoder's {"weight": (D, H), "bias": (D,)} tensors, written as a Dense module."""
     out_dir = Path(out_dir)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling",
                 "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"}]
+    if projection:
+        modules.append({"idx": 2, "name": "2", "path": DENSE_DIR, "type": "sentence_transformers.base.modules.dense.Dense"})
+        _write_dense(out_dir / DENSE_DIR, projection)
     if settings.get("normalize", True):
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+        index = len(modules)
+        modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
                         "type": "sentence_transformers.base.modules.normalize.Normalize"})
-        _dump(out_dir / "2_Normalize" / "config.json",
+        _dump(out_dir / f"{index}_Normalize" / "config.json",
               {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"})
     _dump(out_dir / MODULES, modules)
     _dump(out_dir / "sentence_bert_config.json",
@@ -68,6 +81,52 @@ def write_sentence_files(out_dir, settings: dict) -> None:
           {"__version__": _versions(), "model_type": "SentenceTransformer", "default_prompt_name": None,
            "prompts": {"query": settings.get("query_prefix") or "", "document": settings.get("passage_prefix") or ""},
            "similarity_fn_name": "cosine"})
+
+
+def _write_dense(path: Path, projection: dict) -> None:
+    """Dense's files as sentence-transformers saves them: its config and `linear.*` tensors."""
+    from safetensors.torch import save_file
+
+    weight, bias = projection["weight"], projection.get("bias")
+    _dump(path / "config.json", {"in_features": int(weight.shape[1]), "out_features": int(weight.shape[0]),
+                                 "bias": bias is not None, "activation_function": IDENTITY,
+                                 "module_input_name": "sentence_embedding",
+                                 "module_output_name": "sentence_embedding"})
+    tensors = {"linear.weight": weight.contiguous()}
+    if bias is not None:
+        tensors["linear.bias"] = bias.contiguous()
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def read_projection(directory) -> dict:
+    """A sentence-transformers directory's Dense module as a bi-encoder's projection
+    tensors ({"projection.weight", "projection.bias"}); {} where it has none. A Dense module
+    with an activation, a residual, or after another Dense is refused: the bi-encoder
+    projects linearly, once."""
+    directory = Path(directory)
+    if not (directory / MODULES).is_file():
+        return {}
+    dense = [m for m in json.loads((directory / MODULES).read_text(encoding="utf-8"))
+             if m.get("type", "").endswith(".Dense")]
+    if not dense:
+        return {}
+    if len(dense) > 1:
+        raise BertmodelError(f"{directory / MODULES}: {len(dense)} Dense modules; an embedder here projects once")
+    path = directory / dense[0]["path"]
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if config.get("activation_function", IDENTITY) != IDENTITY or config.get("use_residual"):
+        raise BertmodelError(f"{path / 'config.json'}: a Dense module with activation "
+                             f"{config.get('activation_function')}; an embedder here reads a linear projection "
+                             f"only ({IDENTITY})")
+    weights = next((path / name for name in DENSE_WEIGHTS if (path / name).is_file()), None)
+    if weights is None:
+        raise BertmodelError(f"{path}: no {' or '.join(DENSE_WEIGHTS)} (the Dense module's weights)")
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(weights)) if weights.suffix == ".safetensors" else \
+        torch.load(weights, map_location="cpu", weights_only=True)
+    return {f"projection.{k.removeprefix('linear.')}": v for k, v in tensors.items() if k.startswith("linear.")}
 
 
 def read_sentence_settings(directory) -> dict | None:
