@@ -1,6 +1,7 @@
-"""`pretrain`: BERT pre-training (masked LM + next sentence / sentence order, MLM alone, or
-ELECTRA's replaced-token detection) = the pre-training task (tasks/pretraining.py; tasks/rtd.py
-for RTD) on the generic trainer (training/run.py).
+"""`pretrain`: BERT pre-training (masked LM + next sentence / sentence order, MLM alone,
+ELECTRA's replaced-token detection, or MiniLMv2's task-agnostic distillation) = the
+pre-training task (tasks/pretraining.py; tasks/rtd.py for RTD, tasks/minilm.py for
+distillation) on the generic trainer (training/run.py).
 
 TrainConfig extends the loop's options (training/options.py) with what pre-training
 adds: shard directories, the model size, held-out shards, the shard check, the
@@ -16,6 +17,7 @@ from bertmodel.model.config import (ARCHITECTURES, CONFIGS, BertConfig, ModernBe
                                     vocabulary_ids)
 from bertmodel.data.schedules import MaskRateSchedule, parse_batch_warmup, parse_mask_rate_schedule
 from bertmodel.errors import BertmodelError
+from bertmodel.tasks.minilm import MiniLMTask
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.tasks.rtd import RTDTask
 from bertmodel.training.options import LoopConfig
@@ -255,5 +257,5 @@ def train(cfg: TrainConfig, log=None) -> dict:
     """Pre-train (or resume) into cfg.out. Returns the last logged metrics."""
     from tqdm import tqdm
 
-    task = RTDTask if cfg.objective == "rtd" else PretrainingTask
+    task = {"rtd": RTDTask, "minilm": MiniLMTask}.get(cfg.objective, PretrainingTask)
     return run_training(cfg, lambda d, log: task(cfg, d, log), log or tqdm.write)

@@ -26,7 +26,9 @@ def _opt(name: str, **kwargs):
 
 @main.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--data", "data", multiple=True, required=True, type=click.Path(exists=True, file_okay=False),
-              help="Shard directory from `bertprep build-shards` (repeat to train on several).")
+              help="Shard directory from `bertprep build-shards` (repeat to train on several). --objective minilm "
+                   "reads the rows as plain text, every mask undone: shards built with --pairs none (and the "
+                   "teacher's tokenizer) are its plain-text input.")
 @click.option("--out", required=True, type=DIR, help="Run directory; rerunning the same command resumes there.")
 @_opt("--architecture", type=click.Choice(list(ARCHITECTURES)), help="bert (learned positions, <= 512 tokens, "
       "MLM + NSP/SOP or MLM), modernbert (RoPE, GeGLU, pre-norm, local/global attention, <= 8,192 tokens, MLM "
@@ -114,7 +116,7 @@ def _opt(name: str, **kwargs):
 @_opt("--keep-last", type=click.IntRange(min=1), help="Checkpoints to keep.")
 @click.option("--eval-data", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Shard directory to evaluate MLM and pair-head (NSP/SOP) accuracy on (repeatable); "
-                   "shards of another pairing give MLM figures only.")
+                   "shards of another pairing give MLM figures only. minilm: the relation losses on their text.")
 @_opt("--eval-every", type=click.IntRange(min=0), help="Evaluate every N steps (0: at the end only).")
 @_opt("--eval-batches", type=click.IntRange(min=1), help="Batches per evaluation.")
 @_opt("--log-every", type=click.IntRange(min=1), help="Write metrics.jsonl every N steps.")
@@ -150,7 +152,8 @@ def pretrain(**options):
     Runs on one device, or on many with torchrun (DDP). Writes RUN/checkpoints/step-N/,
     RUN/hf/ (a transformers BertForPreTraining, BertForMaskedLM or ModernBertForMaskedLM
     dir; with --objective rtd ELECTRA's discriminator, and its generator in
-    RUN/generator/) and RUN/metrics.jsonl.
+    RUN/generator/; with --objective minilm the student's plain encoder, BertModel,
+    ModernBertModel or RobertaModel) and RUN/metrics.jsonl.
 
     \b
     Example:
@@ -159,6 +162,8 @@ def pretrain(**options):
           --schedule wsd --max-steps 100000
       torchrun --nproc-per-node 8 -m bertmodel.cli pretrain --data shards/ --out run/ --optimizer lamb
       bertmodel pretrain --data shards/ --out electra/ --objective rtd --masking dynamic --mask-rate 0.15
+      bertprep build-shards corpus.txt --tokenizer teacher/ --pairs none --out text-shards/
+      bertmodel pretrain --data text-shards/ --out student/ --objective minilm --teacher teacher/ --preset small
     """
     from bertmodel.train import train
 

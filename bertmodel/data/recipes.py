@@ -27,9 +27,11 @@ from bertmodel.model.heads import IGNORE_INDEX
 from bertprep.shards import pairing
 from bertprep.instances import MaskingConfig, Vocabulary, mask_padded
 
-OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm", "rtd")
-# pairing -> objectives; MLM alone and ELECTRA's replaced-token detection read any rows as sequences
-SERVES = {"nsp": ("mlm+nsp", "mlm", "rtd"), "sop": ("mlm+sop", "mlm", "rtd"), "none": ("mlm", "rtd")}
+OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm", "rtd", "minilm")
+# pairing -> objectives; MLM alone and ELECTRA's replaced-token detection read any rows as sequences,
+# MiniLMv2's distillation any rows as text
+SERVES = {"nsp": ("mlm+nsp", "mlm", "rtd", "minilm"), "sop": ("mlm+sop", "mlm", "rtd", "minilm"),
+          "none": ("mlm", "rtd", "minilm")}
 DEFAULT_OBJECTIVE = {"nsp": "mlm+nsp", "sop": "mlm+sop", "none": "mlm"}
 MASK_STREAM = 0x6D61736B  # "mask": keeps these draws apart from the sample order's PCG64([seed, epoch])
 

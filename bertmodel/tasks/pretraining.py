@@ -106,10 +106,11 @@ class PretrainingTask:
                                   f"unused ({fresh})")
         if self.init is not None:
             check_source(self.init, self.objective)
-        # (rtd builds its own pair of models: tasks/rtd.py; the MLM class stands in until then).
+        # (rtd builds its own pair of models: tasks/rtd.py, minilm a plain encoder: tasks/minilm.py;
+        # the MLM class stands in until then).
         # A starting model keeps its class names (XLM-R's model_type "xlm-roberta", ELECTRA's "electra").
         heads_of = self.init.config if self.init is not None else kind
-        self.model_class = head_class(heads_of, "mlm" if self.objective in ("mlm", "rtd") else "pretraining")
+        self.model_class = head_class(heads_of, "pretraining" if self.objective in PAIR_METRIC else "mlm")
         self.architecture = self.model_class.hf_architecture
         self.mask_rates = cfg.mask_rates()
         self.train_set = self.shards if cfg.masking == "static" else self._dynamic(self.shards)
@@ -194,6 +195,9 @@ class PretrainingTask:
         if (resume.get("task") or {}).get("objective") == "rtd":
             raise BertmodelError(f"{self.cfg.out}: an ELECTRA run (generator and discriminator); resume it with "
                                  "--objective rtd")
+        if (resume.get("task") or {}).get("objective") == "minilm":
+            raise BertmodelError(f"{self.cfg.out}: a distilled plain encoder (--objective minilm); resume it with "
+                                 "--objective minilm and its --teacher")
         config = config_from_dict(resume["config"])
         if not self.cfg.init_from:
             self._check_same_model(config, (resume.get("train") or {}).get("init_from"))
