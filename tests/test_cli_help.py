@@ -19,8 +19,8 @@ COMMANDS = [(bertprep_main, name) for name in bertprep_main.commands] + [
 def test_the_command_sets():
     assert set(bertprep_main.commands) == {"train-tokenizer", "extend-tokenizer", "encode", "build-shards", "inspect",
                                            "stdlib-corpus"}
-    assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "fill-mask",
-                                            "demo", "plot", "eval-suite", "squad-to-beir", "embed", "search"}
+    assert set(bertmodel_main.commands) == {"pretrain", "finetune", "evaluate", "predict", "export-hf", "shrink",
+                                            "fill-mask", "demo", "plot", "eval-suite", "squad-to-beir", "embed", "search"}
     assert set(bertmodel_main.commands["finetune"].commands) == {"classify", "qa", "tokens", "choice", "embed",
                                                                  "rerank"}
 
@@ -147,7 +147,7 @@ def test_the_walk_reaches_every_command():
     names = {" ".join(path) for path, _ in EVERY}
     assert {"bertprep train-tokenizer", "bertmodel pretrain", "bertmodel finetune embed",
             "bertmodel finetune rerank", "bertmodel eval-suite"} <= names
-    assert len(names) == 1 + 6 + 1 + 12 + 6
+    assert len(names) == 1 + 6 + 1 + 13 + 6
 
 
 @pytest.mark.parametrize("path, command", EVERY, ids=[" ".join(path) for path, _ in EVERY])

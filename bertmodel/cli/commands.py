@@ -1,4 +1,4 @@
-"""`bertmodel pretrain`, `export-hf`, `fill-mask`, `demo` and `plot`: parse options,
+"""`bertmodel pretrain`, `export-hf`, `shrink`, `fill-mask`, `demo` and `plot`: parse options,
 build a config, call one library function, print a summary."""
 from __future__ import annotations
 
@@ -208,6 +208,32 @@ def export_hf_command(checkpoint, out_dir, tokenizer, overwrite, which, step):
     click.echo(f"wrote {out_dir} ({pre.architecture}, {pre.config.num_hidden_layers} layers, hidden "
                f"{pre.config.hidden_size}" + (f", step {pre.step:,}" if pre.step is not None else "")
                + (f": {note}" if note else "") + ")")
+
+
+@main.command("shrink", context_settings=CONTEXT_SETTINGS)
+@click.argument("teacher", type=EXISTING)
+@click.option("--layers", required=True, metavar="N,N,...", help="The teacher's layers the student keeps, counted "
+              "from 0, ascending (e.g. 0,2,4: every other layer of a 6-layer teacher, as DistilBERT).")
+@click.option("--out", required=True, type=DIR, help="The student's transformers directory.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export in --out.")
+@user_errors
+def shrink_command(teacher, layers, out, overwrite):
+    """Write a student made of some of TEACHER's layers (DistilBERT's initialisation): the
+    kept layers renumbered in order, the embeddings, final norm, pooler and heads copied,
+    as TEACHER's own transformers class with its tokenizer (a sentence-transformers
+    TEACHER keeps its pooling). TEACHER: a run, a checkpoint or a transformers directory
+    (bert, roberta, xlm-roberta, modernbert, electra).
+
+    \b
+    Example:
+      bertmodel shrink sst2-run/ --layers 0,2,4 --out sst2-student/
+      bertmodel finetune classify --model sst2-student/ --teacher sst2-run/ --train train.tsv --out kd-run/
+    """
+    from bertmodel.distill.shrink import parse_layers, shrink
+
+    done = shrink(teacher, parse_layers(layers), out, overwrite=overwrite)
+    click.echo(f"wrote {out} ({done.architecture}, layers {','.join(map(str, done.layers))} of "
+               f"{done.teacher_layers}: {done.teacher_params:,} -> {done.student_params:,} parameters)")
 
 
 @main.command("fill-mask", context_settings=CONTEXT_SETTINGS)
