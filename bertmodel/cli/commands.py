@@ -221,8 +221,9 @@ def shrink_command(teacher, layers, out, overwrite):
     """Write a student made of some of TEACHER's layers (DistilBERT's initialisation): the
     kept layers renumbered in order, the embeddings, final norm, pooler and heads copied,
     as TEACHER's own transformers class with its tokenizer (a sentence-transformers
-    TEACHER keeps its pooling). TEACHER: a run, a checkpoint or a transformers directory
-    (bert, roberta, xlm-roberta, modernbert, electra).
+    TEACHER keeps its pooling). TEACHER: a run (its RUN/hf: a fine-tuned run's best
+    model, which --teacher reads too), a checkpoint or a transformers directory (bert,
+    roberta, xlm-roberta, modernbert, electra).
 
     \b
     Example:

@@ -139,6 +139,15 @@ class LabelSpace:
         return [self.labels[int(i)] for i in ids]
 
 
+def head_labels(head: dict) -> list[str] | None:
+    """The classes of a trained head in id order, from its settings (hf.Pretrained.head:
+    config.json's id2label, or our task record's), or None where it names none."""
+    id2label = (head.get("hf_config") or {}).get("id2label") or head.get("id2label")
+    if not id2label:
+        return None
+    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+
+
 def _infer(values: list, integral_floats: bool) -> tuple[str, list]:
     """('int' | 'str' | 'regression', values converted) for raw training labels."""
     if all(_is_int(v) for v in values):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertmodel.errors import BertmodelError
-from bertmodel.hf import TIED_KEYS, check_export_dir, export_hf, load_pretrained
+from bertmodel.hf import TIED_KEYS, check_export_dir, export_hf, load_pretrained, model_dir
 from bertmodel.hf_tokenizer import reading_length
 from bertmodel.retrieval.sentence_files import read_sentence_settings
 
@@ -140,12 +140,13 @@ def _params(state_dict: dict) -> int:
 def shrink(teacher, layers: list[int], out, overwrite: bool = False) -> Shrunk:
     """Write to `out` a transformers directory of `teacher`'s class holding only its
     `layers` (counted from 0, ascending), with everything else and its tokenizer copied.
-    `teacher`: our run or checkpoint, or a transformers directory of any family we read."""
+    `teacher`: our run (its RUN/hf, a fine-tuned run's best model; its latest checkpoint
+    before it has one) or checkpoint, or a transformers directory of any family we read."""
     out = Path(out)
     check_layers(layers)
     _check_apart(out, [Path(teacher)])
     check_export_dir(out, overwrite)
-    pre = load_pretrained(teacher)
+    pre = load_pretrained(model_dir(teacher))  # a run's RUN/hf (a fine-tuned run's best), as --teacher reads it
     _check_apart(out, [Path(teacher), Path(pre.source)])
     count = pre.config.num_hidden_layers
     _check_range(teacher, layers, count)

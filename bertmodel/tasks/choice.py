@@ -120,7 +120,12 @@ class MultipleChoiceTask(FinetuningTask):
 
     # -- per step ----------------------------------------------------------------------
     def new_stats(self, device: torch.device) -> MultipleChoiceStats:
-        return MultipleChoiceStats(device)
+        return self.distilling(MultipleChoiceStats(device))
+
+    @staticmethod
+    def logit_pairs(out, taught, batch) -> list:
+        """Distillation compares each example's scores over its choices."""
+        return [(out.logits, taught.logits)]
 
     def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         """The encoder over B * C sequences (the last layer at [CLS] only), then pooler and
@@ -172,7 +177,7 @@ class MultipleChoiceTask(FinetuningTask):
                 "columns": {"context": cfg.context_column, "question": cfg.question_column,
                             "choices": cfg.choices_column, "choice_columns": cfg.choice_columns,
                             "label": cfg.label_column},
-                "choices": examples.num_choices if examples is not None else None}
+                "choices": examples.num_choices if examples is not None else None, **self.teacher_input()}
 
     def state(self) -> dict:
         return {"name": self.name, "architecture": self.architecture, "hf_config": {},

@@ -88,6 +88,7 @@ class ClassificationTask(FinetuningTask):
             encoded = encode_examples(self.tok, train, label_space, cfg.max_seq_length)
             self.train_set = EncodedSet(encoded, self.pad, self.multiple)
         self.labels = label_space
+        self.check_teacher_labels()
         validation = read_split(cfg, "validation", labels_required=train is not None)
         if train is None and validation is not None:
             notes.append(self._read_columns(validation))
@@ -151,9 +152,11 @@ class ClassificationTask(FinetuningTask):
         return self.validation is not None
 
     # -- the model -------------------------------------------------------------------
+    def head_labels(self) -> list[str]:
+        return list(self.labels.id2label().values())
+
     def fresh_model(self, log) -> HeadModel:
-        return start_from(self.model_class, self.pre, log, init=self.cfg.init,
-                          labels=list(self.labels.id2label().values()),
+        return start_from(self.model_class, self.pre, log, init=self.cfg.init, labels=self.head_labels(),
                           num_labels=self.labels.num_labels)
 
     def model_for_checkpoint(self, resume: dict) -> HeadModel:
@@ -163,7 +166,12 @@ class ClassificationTask(FinetuningTask):
 
     # -- per step ----------------------------------------------------------------------
     def new_stats(self, device: torch.device) -> ClassificationStats:
-        return ClassificationStats(device, self.labels.regression)
+        return self.distilling(ClassificationStats(device, self.labels.regression))
+
+    @staticmethod
+    def logit_pairs(out, taught, batch) -> list:
+        """Distillation compares each sequence's class logits (a regression's one output: MSE)."""
+        return [(out.logits, taught.logits)]
 
     def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
@@ -222,7 +230,7 @@ class ClassificationTask(FinetuningTask):
         return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation"),
                 "columns": {"text": cfg.text_column, "text_pair": cfg.text_pair_column, "label": cfg.label_column,
                             "no_header": cfg.no_header},
-                "labels": self.labels.to_dict()}
+                "labels": self.labels.to_dict(), **self.teacher_input()}
 
     def state(self) -> dict:
         labels = self.labels

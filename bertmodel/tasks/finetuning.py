@@ -12,7 +12,10 @@ import torch
 
 from bertmodel.model import head_class
 from bertmodel.model.config import PRESETS, BertConfig, preset_config, vocabulary_ids
+from bertmodel.data.labels import head_labels
 from bertmodel.data.shards import TokenizerInfo, tokenizer_info, tokenizer_path
+from bertmodel.distill.kd_loss import DistillationStats, TaskDistillation
+from bertmodel.distill.teacher import TaskTeacher, check_labels, open_teacher
 from bertmodel.errors import BertmodelError
 from bertmodel.hf import Pretrained, load_into, load_pretrained
 from bertmodel.training.run_dir import source_identity
@@ -107,10 +110,7 @@ def start_from(model_cls, pre: Pretrained, log, init: str = "pretrained", labels
 
 def source_labels(pre: Pretrained) -> list[str] | None:
     """The classes of a pretrained head in id order (config.json's id2label), or None."""
-    id2label = (pre.head.get("hf_config") or {}).get("id2label") or pre.head.get("id2label")
-    if not id2label:
-        return None
-    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+    return head_labels(pre.head)
 
 
 def _head_names(model: torch.nn.Module) -> set[str]:
@@ -148,6 +148,51 @@ class FinetuningTask:
             # RoBERTa tells padding by its id (positions count the other tokens): another id would be read as text
             raise BertmodelError(f"{cfg.model}: the model's padding id is {self.pre.config.pad_token_id} but the "
                                  f"tokenizer pads with {self.pad}; pass the model's own tokenizer")
+        self.kd_teacher = self._open_teacher()
+
+    # -- task distillation (--teacher; distill/) -------------------------------------------
+    logit_pairs = None
+    """A task that distils from a fine-tuned teacher says here which outputs (and positions)
+    the two models are compared on: a staticmethod (student_out, teacher_out, batch) ->
+    [(student (N, K), teacher (N, K)), ...] (distill/kd_loss.py); None: the task does not."""
+
+    def head_labels(self) -> list[str] | None:
+        """The head's classes in id order (a teacher's must be the same); None where it has none."""
+        return None
+
+    def _open_teacher(self) -> TaskTeacher | None:
+        """--teacher, opened and checked against the model (its task, tokenizer and positions)
+        before any data is read; the labels, once the task knows them (check_teacher_labels)."""
+        path = getattr(self.cfg, "teacher", None)
+        if not path or self.logit_pairs is None:
+            return None
+        teacher = open_teacher(path, self.head_kind, self.tokenizer)
+        check_length(self.cfg.max_seq_length, teacher.pretrained.config, f"--teacher {path}")
+        return teacher
+
+    def check_teacher_labels(self) -> None:
+        """A task with labels calls this as soon as it knows them, before it reports its data."""
+        if self.kd_teacher is not None:
+            check_labels(self.kd_teacher, self.head_labels())
+
+    def teacher_input(self) -> dict:
+        """inputs()' record of the teacher: the directory its weights came from, by content,
+        so that a resume with another teacher is refused as other data is."""
+        return {} if self.kd_teacher is None else {"teacher": source_identity(self.kd_teacher.source)}
+
+    def training_module(self, model, device) -> torch.nn.Module:
+        """The student and its frozen teacher (distill/kd_loss.TaskDistillation), or the model
+        itself without a teacher."""
+        if self.kd_teacher is None:
+            return model
+        alpha, temperature = self.cfg.kd_alpha, self.cfg.kd_temperature
+        self.log(f"teacher: {self.kd_teacher.describe()}; loss = {alpha:g} x {temperature:g}^2 x KL(teacher || "
+                 f"student) + {1 - alpha:g} x the task's loss")
+        return TaskDistillation(model, self.kd_teacher.model.to(device), self.logit_pairs, alpha, temperature)
+
+    def distilling(self, stats):
+        """A task's interval stats, with the distillation loss's two parts beside them."""
+        return stats if self.kd_teacher is None else DistillationStats(stats)
 
 
 LOWER_IS_BETTER = ("loss", "mse")

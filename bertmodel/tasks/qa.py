@@ -161,7 +161,14 @@ class QATask(FinetuningTask):
         return model
 
     def new_stats(self, device: torch.device) -> QAStats:
-        return QAStats(device)
+        return self.distilling(QAStats(device))
+
+    @staticmethod
+    def logit_pairs(out, taught, batch) -> list:
+        """Distillation compares the start and the end distributions over each window's
+        positions (padding included, as the task's loss reads them), averaged as that loss
+        averages its two terms."""
+        return [(out.start_logits, taught.start_logits), (out.end_logits, taught.end_logits)]
 
     def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
@@ -193,7 +200,7 @@ class QATask(FinetuningTask):
     def inputs(self) -> dict:
         """What this run trains and evaluates on (compared on resume: training/run_dir.py)."""
         return {"train": split_identity(self.cfg, "train"), "validation": split_identity(self.cfg, "validation"),
-                "version_2": self.cfg.version_2}
+                "version_2": self.cfg.version_2, **self.teacher_input()}
 
     def state(self) -> dict:
         return {"name": self.name, "architecture": self.architecture, "hf_config": {},

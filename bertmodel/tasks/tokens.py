@@ -153,6 +153,7 @@ class TokenClassificationTask(FinetuningTask):
                 raise BertmodelError(f"{train.source}: every word has the tag {tag_set.tags[0]!r}; there is nothing "
                                      "to learn")
         self.tags = tag_set
+        self.check_teacher_labels()
         self.loaded = as_tokenizer(self.tok)  # loaded once: a SentencePiece model takes seconds to convert
         if train is not None:
             self.train_set = WindowSet(self._windows(train), self.pad, self.multiple)
@@ -198,8 +199,11 @@ class TokenClassificationTask(FinetuningTask):
         return self.validation is not None
 
     # -- the model -------------------------------------------------------------------
+    def head_labels(self) -> list[str]:
+        return list(self.tags.tags)
+
     def fresh_model(self, log) -> HeadModel:
-        return start_from(self.model_class, self.pre, log, init=self.cfg.init, labels=list(self.tags.tags),
+        return start_from(self.model_class, self.pre, log, init=self.cfg.init, labels=self.head_labels(),
                           num_labels=len(self.tags.tags))
 
     def model_for_checkpoint(self, resume: dict) -> HeadModel:
@@ -209,7 +213,13 @@ class TokenClassificationTask(FinetuningTask):
 
     # -- per step ----------------------------------------------------------------------
     def new_stats(self, device: torch.device) -> TokenStats:
-        return TokenStats(device)
+        return self.distilling(TokenStats(device))
+
+    @staticmethod
+    def logit_pairs(out, taught, batch) -> list:
+        """Distillation compares the labelled pieces' tag logits, the positions the task's loss scores."""
+        scored = batch["labels"] != IGNORE_INDEX
+        return [(out.logits[scored], taught.logits[scored])]
 
     def flops(self, config: BertConfig, tensors: dict, extent: dict | None = None) -> float:
         B, T = tensors["input_ids"].shape
@@ -369,7 +379,7 @@ class TokenClassificationTask(FinetuningTask):
         cfg = self.cfg
         return {"train": split_identity(cfg, "train"), "validation": split_identity(cfg, "validation"),
                 "columns": {"tokens": cfg.tokens_column, "tags": cfg.tags_column},
-                "label_all_tokens": cfg.label_all_tokens, "labels": self.tags.to_dict()}
+                "label_all_tokens": cfg.label_all_tokens, "labels": self.tags.to_dict(), **self.teacher_input()}
 
     def state(self) -> dict:
         tags = self.tags.tags
