@@ -54,7 +54,8 @@ def _versions() -> dict:
 
 def write_sentence_files(out_dir, settings: dict, projection: dict | None = None) -> None:
     """settings: {"pooling", "dimension", "normalize", "query_prefix", "passage_prefix",
-    "max_seq_length"} (what tasks/embed.py records in its state; the length goes into
+    "max_seq_length"} and optionally "similarity" ("cosine", the default, or "dot": a shrunk
+    sentence-transformers model's own) (what tasks/embed.py records in its state; the length goes into
     tokenizer_config.json, which hf_tokenizer.write_tokenizer writes). projection: the
     bi-encoder's {"weight": (D, H), "bias": (D,)} tensors, written as a Dense module."""
     out_dir = Path(out_dir)
@@ -80,7 +81,7 @@ def write_sentence_files(out_dir, settings: dict, projection: dict | None = None
     _dump(out_dir / "config_sentence_transformers.json",
           {"__version__": _versions(), "model_type": "SentenceTransformer", "default_prompt_name": None,
            "prompts": {"query": settings.get("query_prefix") or "", "document": settings.get("passage_prefix") or ""},
-           "similarity_fn_name": "cosine"})
+           "similarity_fn_name": settings.get("similarity", "cosine")})
 
 
 def _write_dense(path: Path, projection: dict) -> None:
