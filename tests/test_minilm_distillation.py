@@ -26,13 +26,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from click.testing import CliRunner
 
 from bertmodel.cli import main
 from bertmodel.data import ShardDataset
 from bertmodel.data.shards import open_shard_dir
-from bertmodel.data.synthetic import small_shard_dir
 from bertmodel.distill.minilm import STUDENTS, RelationDistillation, teacher_encoder
 from bertmodel.hf import load_pretrained
 from bertmodel.model.config import BertConfig, ModernBertConfig
@@ -44,7 +42,7 @@ from shared_data import SHARED_DATA
 
 transformers = pytest.importorskip("transformers")
 
-from head_steps import FLOAT64_TOL, STEPS, in_float64  # noqa: E402
+from head_steps import FLOAT64_TOL, STEPS, in_float64, step_shards  # noqa: E402
 
 LR, DECAY = 3e-3, 0.01
 SAMPLE, UNCASED, CASED = (SHARED_DATA / name for name in ("google_sample_text.txt", "bert-base-uncased-vocab.txt",
@@ -144,24 +142,17 @@ def hf_config(ours, cls):
 # -- the two sides, built alike ---------------------------------------------------------
 def models(architecture: str, vocab: int, tmp_path, teacher_layer: int, heads: int, weight: float):
     """Ours (RelationDistillation, the teacher read from a transformers directory) and the
-    reference holding the same weights."""
-    if architecture == "bert":
-        shape = dict(vocab_size=vocab, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)
-        teacher_config = BertConfig.preset("tiny", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
-                                           intermediate_size=128, **shape)
-        student_config = BertConfig.preset("tiny", num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
-                                           intermediate_size=64, **shape)
-        cls, prefix, qkv = transformers.BertConfig, "bert.", bert_qkv
-        model_cls = transformers.BertModel
-    else:
-        shape = dict(vocab_size=vocab, max_position_embeddings=64, local_attention=16)
-        teacher_config = ModernBertConfig.preset("tiny", num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
-                                                 intermediate_size=96, **shape)
-        student_config = ModernBertConfig.preset("tiny", num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
-                                                 intermediate_size=48, **shape)
-        cls, prefix, qkv = transformers.ModernBertConfig, "model.", modernbert_qkv
-        model_cls = transformers.ModernBertModel
+    reference holding the same weights: a 3-layer teacher 64 wide with 4 heads, a 2-layer
+    student 32 wide with 2."""
+    ours_cls, extra, cls, model_cls, prefix, qkv = {
+        "bert": (BertConfig, dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), transformers.BertConfig,
+                 transformers.BertModel, "bert.", bert_qkv),
+        "modernbert": (ModernBertConfig, dict(local_attention=16), transformers.ModernBertConfig,
+                       transformers.ModernBertModel, "model.", modernbert_qkv)}[architecture]
+    teacher_config, student_config = (
+        ours_cls.preset("tiny", num_hidden_layers=layers, hidden_size=width, num_attention_heads=width // 16,
+                        intermediate_size=2 * width, vocab_size=vocab, max_position_embeddings=64, **extra)
+        for layers, width in ((3, 64), (2, 32)))
     torch.manual_seed(0)
     their_teacher = model_cls(hf_config(teacher_config, cls)).eval()
     their_teacher.save_pretrained(tmp_path / "teacher")
@@ -181,9 +172,7 @@ def models(architecture: str, vocab: int, tmp_path, teacher_layer: int, heads: i
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> ShardDataset:
-    path = small_shard_dir(tmp_path_factory.mktemp("shards") / "data", rows=STEPS * 8, words=120, num_shards=1,
-                           max_seq_length=32, max_predictions=5, batch_rows=8)
-    return ShardDataset([open_shard_dir(path)])
+    return step_shards(tmp_path_factory.mktemp("shards"))
 
 
 def text_batches(shards: ShardDataset) -> list[dict]:
