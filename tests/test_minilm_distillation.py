@@ -278,14 +278,14 @@ def invoke(cli, *args, code: int = 0):
     return result
 
 
-def bert_dir(path, vocab, layers: int = 3, hidden: int = 64, heads: int = 4):
+def bert_dir(path, vocab, layers: int = 3, hidden: int = 64, heads: int = 4, seed: int = 2):
     """A transformers BertModel directory with `vocab` as its tokenizer. Its weights are
     drawn 10x wider than BERT's init, so its attention is peaked and far from a fresh
     student's near-uniform one: relations worth learning (KLs of 0.1, not 1e-4)."""
     config = transformers.BertConfig(vocab_size=len(vocab.read_text().splitlines()), hidden_size=hidden,
                                      num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * hidden,
                                      max_position_embeddings=128, initializer_range=0.2)
-    torch.manual_seed(2)
+    torch.manual_seed(seed)
     transformers.BertModel(config).save_pretrained(path)
     shutil.copyfile(vocab, path / "vocab.txt")
     return path
@@ -381,7 +381,8 @@ def test_a_run_distils_evaluates_exports_a_plain_encoder_and_resumes_bitwise(sam
 
 @pytestmark_data
 def test_the_hidden_mse_trains_a_projection_that_stays_out_of_the_export(sample, tmp_path):
-    shards, _, teacher = sample
+    shards, _, shared_teacher = sample
+    teacher = shutil.copytree(shared_teacher, tmp_path / "teacher")  # changed below
     run = tmp_path / "run"
     distil(shards, teacher, run, "--hidden-distill-weight", 0.5, "--max-steps", 2, "--teacher-layer", 2,
            "--relation-heads", 8)
@@ -399,11 +400,21 @@ def test_the_hidden_mse_trains_a_projection_that_stays_out_of_the_export(sample,
     result = distil(shards, teacher, run, "--max-steps", 4, code=1)
     assert result.output == (f"Error: {run}: its student has a hidden-state projection and these options give no; "
                              "resume with the run's own --teacher and --hidden-distill-weight\n"), result.output
-    result = invoke(main, "pretrain", "--data", shards, "--out", run, "--layers", 2, "--hidden", 32, "--heads", 2,
-                    "--intermediate", 64, "--batch-size", 4, "--max-steps", 4, "--objective", "mlm", "--no-progress",
-                    code=1)
-    assert result.output == (f"Error: {run}: a distilled plain encoder (--objective minilm); resume it with "
-                             "--objective minilm and its --teacher\n"), result.output
+    mlm = ["pretrain", "--data", shards, "--out", run, "--layers", 2, "--hidden", 32, "--heads", 2, "--intermediate",
+           64, "--batch-size", 4, "--max-steps", 4, "--objective", "mlm", "--no-progress"]
+    result = invoke(main, *mlm, code=1)  # the run's inputs are compared first: its teacher is among them
+    assert result.output.startswith(f"Error: {run}: resuming on other data than the run was trained on (teacher: "
+                                    f"{teacher} (sha256 "), result.output
+    assert "-> none)" in result.output and len(result.output.splitlines()) == 1
+    result = invoke(main, *mlm, "--allow-changed-options", code=1)
+    assert (f"Error: {run}: a distilled plain encoder (--objective minilm); resume it with --objective minilm and "
+            "its --teacher") in result.output.splitlines(), result.output
+    bert_dir(teacher, UNCASED, seed=3)  # the same path, other weights: the run's teacher by content is gone
+    result = distil(shards, teacher, run, "--hidden-distill-weight", 0.5, "--max-steps", 4, "--teacher-layer", 2,
+                    "--relation-heads", 8, code=1)
+    assert result.output.startswith(f"Error: {run}: resuming on other data than the run was trained on (teacher: "
+                                    f"{teacher} (sha256 "), result.output
+    assert len(result.output.splitlines()) == 1
 
 
 @pytestmark_data

@@ -42,6 +42,7 @@ from bertmodel.model.config import config_from_dict
 from bertmodel.tasks.pretraining import PretrainingTask
 from bertmodel.training import parallel
 from bertmodel.training.metrics import encoder_flops
+from bertmodel.training.run_dir import source_identity
 
 PROJECTION = "hidden_projection."  # the student's tensors that are not its encoder's
 
@@ -143,6 +144,7 @@ class MiniLMTask(PretrainingTask):
                 raise BertmodelError(f"{given} {self.relation_heads} do not divide {who} width {width}; give "
                                      "--relation-heads N that divides both widths")
         self.teacher = teacher_encoder(pre)
+        self.teacher_source = pre.source  # the directory its weights came from (a run's latest checkpoint)
         projection = (f", projected {student.hidden_size} -> {config.hidden_size}"
                       if config.hidden_size != student.hidden_size else "")
         hidden = f" + {cfg.hidden_distill_weight:g} x hidden-state MSE{projection}" if self.hidden else ""
@@ -257,6 +259,11 @@ class MiniLMTask(PretrainingTask):
         self.each_held_out_batch(model, d, score, on_batch)
         summary = stats.summarize(parallel.all_reduce_sum(stats.totals(), d))
         return {f"eval_{k}": v for k, v in summary.items()}
+
+    def inputs(self) -> dict:
+        """The shards (tasks/pretraining.py) and the teacher, by content: a resume with
+        another teacher is refused as one on other data is."""
+        return {**super().inputs(), "teacher": source_identity(self.teacher_source)}
 
     def state(self) -> dict:
         return {"name": self.name, "architecture": self.architecture, "objective": "minilm",
