@@ -177,3 +177,22 @@ def test_inspect_plot_without_matplotlib_is_one_line(corpus, tmp_path, monkeypat
         plot_shards(shards, measure(shards), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
     shutil.rmtree(shards)
+
+
+def test_a_distillation_runs_loss_parts_are_drawn_with_the_losses(run, tmp_path):
+    """kd_loss / task_loss (task distillation) and qq_kl ... (MiniLM) beside the training
+    loss, eval_qq_kl with the evaluation losses: only those two panels change."""
+    def parts(r):
+        if "loss" in r:
+            return {**r, "kd_loss": r["loss"] / 3, "task_loss": r["loss"] / 2}
+        if "eval_loss" in r:
+            return {**r, "eval_qq_kl": r["eval_loss"] / 4}
+        return r
+
+    with_parts = copy_run(run, tmp_path / "parts", parts)
+    plain = copy_run(run, tmp_path / "plain", lambda r: r)
+    plot_runs([with_parts], tmp_path / "parts.png")
+    plot_runs([plain], tmp_path / "plain.png")
+    differs = np.abs(pixels(tmp_path / "parts.png") - pixels(tmp_path / "plain.png")).sum(axis=2) > 0
+    assert differs[60:400, :600].any() and differs[420:, :600].any()  # the training and evaluation losses
+    assert not differs[60:400, 620:].any() and not differs[420:, 620:].any()  # lr and scores unchanged

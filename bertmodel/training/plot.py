@@ -1,8 +1,10 @@
 """`bertmodel plot`: a run's curves from metrics.jsonl as one PNG, several runs compared.
 
 Four panels, always in the same place so figures compare at a glance: training loss
-(raw, and smoothed with a debiased exponential moving average as TensorBoard draws it),
-learning rate, evaluation losses and the other evaluation metrics (every eval_* key:
+(raw, and smoothed with a debiased exponential moving average as TensorBoard draws it;
+where the loss is a sum of parts, as distillation's kd_loss + task_loss or MiniLM's
+qq_kl + kk_kl + vv_kl, each part thin and dashed beside it),
+learning rate, evaluation losses (their parts too) and the other evaluation metrics (every eval_* key:
 pre-training's eval_mlm_acc / eval_nsp_acc (eval_sop_acc), fine-tuning's eval_accuracy, eval_f1,
 eval_exact_match, ...) at the steps they were measured. With several runs, colour is the
 run (legend by run name) and line style / marker the metric.
@@ -80,6 +82,21 @@ def smoothing_weight(points: int) -> float:
     return min(0.95, max(0.0, 1 - 10 / max(points, 1)))
 
 
+# The names of a loss's parts in metrics.jsonl (distillation's kd_loss and task_loss,
+# MiniLM's relation KLs and hidden-state MSE): drawn with the losses, not the scores.
+LOSS_PARTS = ("_loss", "_kl", "hidden_mse")
+
+
+def is_loss(key: str) -> bool:
+    return key.endswith("loss") or key.endswith(LOSS_PARTS)
+
+
+def loss_parts(records: list[dict]) -> list[str]:
+    """The training loss's parts a run logs, in name order."""
+    return sorted({k for r in records for k, v in r.items()
+                   if k != "loss" and not k.startswith("eval_") and k.endswith(LOSS_PARTS) and _number(v)})
+
+
 def eval_keys(records: list[dict]) -> list[str]:
     keys = {k for r in records for k, v in r.items() if k.startswith("eval_") and _number(v)}
     return sorted(keys)
@@ -122,8 +139,8 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
     fig.subplots_adjust(left=0.07, right=0.985, bottom=0.07, top=0.91, wspace=0.2, hspace=0.32)
     several = len(runs) > 1
     all_eval = sorted({k for records in data for k in eval_keys(records)})
-    eval_losses = [k for k in all_eval if "loss" in k]
-    eval_scores = [k for k in all_eval if "loss" not in k]
+    eval_losses = [k for k in all_eval if is_loss(k)]
+    eval_scores = [k for k in all_eval if not is_loss(k)]
     palette = [f"C{i % 10}" for i in range(max(len(runs), len(all_eval), 1))]
     for i, (name, records) in enumerate(zip(names, data)):
         colour = palette[i]
@@ -135,6 +152,11 @@ def plot_runs(runs: list, out, overwrite: bool = False) -> Path:
             if weight:  # fewer than ~10 points: nothing to smooth
                 loss_ax.plot(steps, smooth(loss, weight), color=colour, linewidth=2,
                              label=f"{name}: smoothed (EMA {weight:.2f})" if several else f"smoothed (EMA {weight:.2f})")
+        for j, key in enumerate(loss_parts(records)):
+            steps, part = series(records, key)
+            loss_ax.plot(steps, part, color=colour if several else f"C{(j + 1) % 10}", linewidth=1,
+                         linestyle=STYLES[1 + j % (len(STYLES) - 1)], marker=_few(steps), markersize=2,
+                         label=f"{name}: {key}" if several else key)
         steps, lr = series(records, "lr")
         if steps:
             lr_ax.plot(steps, lr, color=colour, marker=_few(steps), markersize=3, label=name)
