@@ -39,6 +39,7 @@ from bertmodel.model.bi_encoder import BertBiEncoder
 from bertmodel.model.config import BertConfig, vocabulary_ids
 from bertmodel.model.rerank_heads import BertForReranking
 from bertmodel.retrieval.embedder import load_embedder
+from bertmodel.retrieval.sentence_files import write_sentence_files
 from bertmodel.tasks.embed import PairSet
 from bertmodel.tasks.embed_distill import MarginSet, TextSet
 from bertmodel.tasks.rerank import cross_encoder_config
@@ -306,7 +307,20 @@ def test_the_export_with_a_projection_loads_in_sentence_transformers_as_we_embed
 
 # -- refusals ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case", ["three-labels", "qa-head", "no-negatives", "mini-batch", "no-texts"])
+def tanh_dense_teacher(teacher, out):
+    """The teacher with a Dense module of activation Tanh (sentence-transformers' default),
+    which no linear projection reproduces."""
+    out = shutil.copytree(teacher, out)
+    settings = json.loads((out / "bertmodel_task.json").read_text())["sentence_transformers"]
+    write_sentence_files(out, settings, {"weight": torch.zeros(48, 48), "bias": torch.zeros(48)})
+    config = json.loads((out / "2_Dense" / "config.json").read_text())
+    config["activation_function"] = "torch.nn.modules.activation.Tanh"
+    (out / "2_Dense" / "config.json").write_text(json.dumps(config))
+    shutil.rmtree(out / "2_Normalize")  # now 3_Normalize
+    return out
+
+
+@pytest.mark.parametrize("case", ["three-labels", "qa-head", "tanh-dense", "no-negatives", "mini-batch", "no-texts"])
 def test_refusals_in_one_line(models, tmp_path, case):
     rows = tmp_path / "pairs.jsonl"
     rows.write_text("".join(json.dumps({"query": r["query"], "positive": r["positive"]}) + "\n"
@@ -318,6 +332,9 @@ def test_refusals_in_one_line(models, tmp_path, case):
         teacher, names = models["three"], [models["three"], "a classifier with 3 labels", "cross-encoder"]
     elif case == "qa-head":
         teacher, names = models["qa"], [models["qa"], "BertForQuestionAnswering", "embedder"]
+    elif case == "tanh-dense":
+        teacher = tanh_dense_teacher(models["teacher"], tmp_path / "tanh")
+        names = [teacher / "2_Dense" / "config.json", "Tanh", "linear projection only"]
     elif case == "no-negatives":
         teacher, train, names = models["cross"], rows, [rows, "rows without hard negatives", "--negative-column"]
     elif case == "mini-batch":

@@ -99,26 +99,34 @@ def _write_dense(path: Path, projection: dict) -> None:
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
 
 
-def read_projection(directory) -> dict:
-    """A sentence-transformers directory's Dense module as a bi-encoder's projection
-    tensors ({"projection.weight", "projection.bias"}); {} where it has none. A Dense module
-    with an activation, a residual, or after another Dense is refused: the bi-encoder
-    projects linearly, once."""
-    directory = Path(directory)
+def _dense_problem(directory: Path) -> tuple[Path | None, str | None]:
+    """(the Dense module's directory or None, why a bi-encoder cannot read it or None): it
+    projects linearly, once, so an activation, a residual or a second Dense is not its."""
     if not (directory / MODULES).is_file():
-        return {}
+        return None, None
     dense = [m for m in json.loads((directory / MODULES).read_text(encoding="utf-8"))
              if m.get("type", "").endswith(".Dense")]
     if not dense:
-        return {}
+        return None, None
     if len(dense) > 1:
-        raise BertmodelError(f"{directory / MODULES}: {len(dense)} Dense modules; an embedder here projects once")
+        return None, f"{directory / MODULES}: {len(dense)} Dense modules; an embedder here projects once"
     path = directory / dense[0]["path"]
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if config.get("activation_function", IDENTITY) != IDENTITY or config.get("use_residual"):
-        raise BertmodelError(f"{path / 'config.json'}: a Dense module with activation "
-                             f"{config.get('activation_function')}; an embedder here reads a linear projection "
-                             f"only ({IDENTITY})")
+        return path, (f"{path / 'config.json'}: a Dense module with activation {config.get('activation_function')}"
+                      f"{' and a residual' if config.get('use_residual') else ''}; an embedder here reads a linear "
+                      f"projection only ({IDENTITY})")
+    return path, None
+
+
+def read_projection(directory) -> dict:
+    """A sentence-transformers directory's Dense module as a bi-encoder's projection
+    tensors ({"projection.weight", "projection.bias"}); {} where it has none, or one the
+    bi-encoder cannot be (read_sentence_settings refuses that directory as an embedder;
+    its encoder serves any other head)."""
+    path, problem = _dense_problem(Path(directory))
+    if path is None or problem:
+        return {}
     weights = next((path / name for name in DENSE_WEIGHTS if (path / name).is_file()), None)
     if weights is None:
         raise BertmodelError(f"{path}: no {' or '.join(DENSE_WEIGHTS)} (the Dense module's weights)")
@@ -133,7 +141,8 @@ def read_projection(directory) -> dict:
 def read_sentence_settings(directory) -> dict | None:
     """A sentence-transformers directory's pooling, normalisation, prompts, length and
     similarity, in write_sentence_files' terms (plus "similarity": "cosine" or "dot");
-    None where the directory has no modules.json. What SentenceTransformer(dir) reads:
+    None where the directory has no modules.json; a Dense module other than a linear
+    projection (read_projection's) refused. What SentenceTransformer(dir) reads:
     the length is sentence_bert_config.json's max_seq_length, else the tokenizer's
     model_max_length, for queries and passages alike; the similarity is
     config_sentence_transformers.json's similarity_fn_name (cosine where unset)."""
@@ -164,6 +173,9 @@ def read_sentence_settings(directory) -> dict | None:
         if settings["similarity"] not in ("cosine", "dot"):
             raise BertmodelError(f"{st_config}: similarity {settings['similarity']!r}; a search ranks by cosine or "
                                  "dot product")
+    _, problem = _dense_problem(directory)
+    if problem:
+        raise BertmodelError(problem)
     if not include_prompt and (settings["query_prefix"] or settings["passage_prefix"]):
         raise BertmodelError(f"{directory}: its pooling leaves the prompt's tokens out (include_prompt false); embed "
                              "pools over every token, prompt included")
