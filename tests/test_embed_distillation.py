@@ -41,7 +41,7 @@ from bertmodel.model.rerank_heads import BertForReranking
 from bertmodel.retrieval.embedder import load_embedder
 from bertmodel.retrieval.sentence_files import write_sentence_files
 from bertmodel.tasks.embed import PairSet
-from bertmodel.tasks.embed_distill import MarginSet, TextSet
+from bertmodel.tasks.embed_distill import MarginSet, TextSet, training_texts
 from bertmodel.tasks.rerank import cross_encoder_config
 from bertmodel.training.optim import build_optimizer, clip_and_step
 from embed_fixtures import distinct_rows, minilm_path, needs_squad
@@ -282,6 +282,36 @@ def test_a_changed_teacher_is_other_data_and_gets_new_targets(distilled):
     assert f"teacher targets: {new} (40 x 48, computed now)" in done.output
 
 
+def test_training_texts_of_each_source(tmp_path):
+    """A text file's lines (BOM and blank lines dropped), a table's --text-column, and a
+    BEIR directory's --train-split queries (as queries) with every corpus passage (title
+    + text, as BEIR joins them)."""
+    from types import SimpleNamespace
+
+    lines = wiki_texts(5)
+    plain = tmp_path / "texts.txt"
+    plain.write_text("\ufeff" + "\n\n".join(lines) + "\n  \n", encoding="utf-8")
+    table = tmp_path / "texts.jsonl"
+    table.write_text("".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(lines)))
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "Paris", "text": "is in France."}) + "\n"
+                                       + json.dumps({"_id": "d2", "text": "Rome is in Italy."}) + "\n")
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in
+                                                (("q1", "Where is Paris?"), ("q2", "Where is Rome?"))))
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td2\t1\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+
+    def read(train, column=None, split="train"):
+        return training_texts(SimpleNamespace(train=str(train), text_column=column, train_split=split))
+
+    assert read(plain) == [("passage", t) for t in lines]
+    assert read(table, "body") == [("passage", t) for t in lines]
+    assert read(beir) == [("query", "Where is Rome?"), ("passage", "Paris is in France."),
+                          ("passage", "Rome is in Italy.")]
+    assert read(beir, split="dev") == [("passage", "Paris is in France."), ("passage", "Rome is in Italy.")]
+
+
 def test_texts_digest_tells_where_one_text_ends():
     assert texts_digest([("ab", "c")]) != texts_digest([("a", "bc")])
     assert texts_digest([("a",), ("b",)]) != texts_digest([("a", "b")])
@@ -320,7 +350,8 @@ def tanh_dense_teacher(teacher, out):
     return out
 
 
-@pytest.mark.parametrize("case", ["three-labels", "qa-head", "tanh-dense", "no-negatives", "mini-batch", "no-texts"])
+@pytest.mark.parametrize("case", ["three-labels", "qa-head", "tanh-dense", "no-negatives", "mini-batch", "no-texts",
+                                  "no-text-column"])
 def test_refusals_in_one_line(models, tmp_path, case):
     rows = tmp_path / "pairs.jsonl"
     rows.write_text("".join(json.dumps({"query": r["query"], "positive": r["positive"]}) + "\n"
@@ -339,9 +370,13 @@ def test_refusals_in_one_line(models, tmp_path, case):
         teacher, train, names = models["cross"], rows, [rows, "rows without hard negatives", "--negative-column"]
     elif case == "mini-batch":
         extra, names = ["--mini-batch-size", "2"], ["--mini-batch-size", "--teacher"]
-    else:
+    elif case == "no-texts":
         texts.write_text("\n  \n")
         names = [texts, "no texts"]
+    else:
+        train = tmp_path / "texts.jsonl"
+        train.write_text(json.dumps({"id": 1, "body": "a sentence"}) + "\n")
+        names = [train, "'body'", "--text-column names another"]
     out = tmp_path / "run"
     result = invoke("finetune", "embed", "--model", models["student"], "--teacher", teacher, "--train", train,
                     "--out", out, *RUN_ARGS, "--max-steps", "1", *extra)

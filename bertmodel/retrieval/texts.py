@@ -30,10 +30,11 @@ class FileTexts:
     source: str
 
 
-def read_texts(path, column: str | None = None, split: str | None = None) -> FileTexts:
+def read_texts(path, column: str | None = None, split: str | None = None, option: str = "--column") -> FileTexts:
     """The texts of `column` (default: the first of TEXT_COLUMNS the file has; a table
     with title and text columns and no column asked: title + " " + text, as BEIR), with
-    the file's ids where it has an id column."""
+    the file's ids where it has an id column. `option`: the command's option for the
+    column, which a refusal names."""
     from bertmodel.data.tables import open_table
 
     table = open_table(path, split=split)
@@ -47,7 +48,7 @@ def read_texts(path, column: str | None = None, split: str | None = None) -> Fil
         column = next((c for c in TEXT_COLUMNS if table.has(c)), None)
         if column is None:
             raise BertmodelError(f"{table.source}: no text column ({', '.join(TEXT_COLUMNS)}); the columns are "
-                                 f"{table.listing()}; --column names another")
+                                 f"{table.listing()}; {option} names another")
     texts = table.texts(column)
     if not texts:
         raise BertmodelError(f"{table.source}: no rows")

@@ -138,8 +138,8 @@ class EmbedDistillTask(EmbedTask):
         self.train_set = TextSet(concatenated(encoded["query"], encoded["passage"]), order, self.pad, self.multiple)
         self.targets_key = self._fingerprint(texts)
         self._compute = lambda device: teacher_vectors(self.teacher, texts, device, cfg.eval_batch_size)
-        read = "; ".join(f"{len(encoded[kind]):,} read as {kind}s ({encoded[kind].fit_note()})"
-                         for kind in ("query", "passage") if len(encoded[kind]))
+        read = "; ".join(f"{len(encoded[kind]):,} read as {plural} ({encoded[kind].fit_note()})"
+                         for kind, plural in (("query", "queries"), ("passage", "passages")) if len(encoded[kind]))
         log(f"train: {len(texts):,} texts from {cfg.train}: {read}")
 
     def _read_rows(self, cfg, log) -> None:
@@ -241,7 +241,7 @@ def training_texts(cfg) -> list[tuple[str, str]]:
         return [("query", q) for q in queries] + [("passage", passage_text(doc))
                                                    for doc in read_beir_corpus(path).values()]
     if path.is_dir() or path.suffix.lower() in SUFFIX_FORMATS:
-        return [("passage", t) for t in read_texts(path, cfg.text_column, cfg.train_split).texts]
+        return [("passage", t) for t in read_texts(path, cfg.text_column, cfg.train_split, "--text-column").texts]
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as exc:
