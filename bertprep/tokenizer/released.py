@@ -30,6 +30,7 @@ that JSON as tokenizer.json, so the copy has its source's fingerprint.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import pathlib
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from tokenizers import Tokenizer
+from tokenizers.models import Unigram
 
 from bertprep.errors import BertprepError, describe_path
 from bertprep.storage import stores as storage
@@ -68,18 +70,9 @@ class ReleasedTokenizer(LoadedTokenizer):
     config: dict = field(default_factory=dict)  # tokenizer_config.json as saved (specials named)
     source_files: dict = field(default_factory=dict)  # name -> path of the files copied by save
     _words_tokenizer: Tokenizer | None = None
-    _fingerprint: tuple[str, str] | None = None  # (pipeline JSON, its fingerprint)
 
     def fingerprint(self) -> str:
-        # Remembered with the pipeline text it hashed: a build asks several times, and
-        # re-dumping a 128,000-piece vocabulary costs a third of a second each time.
-        serialised = self.tokenizer.to_str()
-        if self._fingerprint is None or self._fingerprint[0] != serialised:
-            pipeline = json.loads(serialised)
-            text = json.dumps([FINGERPRINT_VERSION_ANY, self.kind, pipeline], ensure_ascii=False,
-                              separators=(",", ":"), sort_keys=True)
-            self._fingerprint = (serialised, hashlib.sha256(text.encode("utf-8")).hexdigest())
-        return self._fingerprint[1]
+        return _pipeline_fingerprint(self.kind, self.tokenizer.to_str())
 
     def ordinary_ids(self) -> np.ndarray:
         ids = [i for i, token in enumerate(self.vocab) if token is not None and i not in self.special_token_ids]
@@ -98,13 +91,10 @@ class ReleasedTokenizer(LoadedTokenizer):
         never emits a control symbol from text. Here those pieces are renamed to strings
         no text holds (ids and scores unchanged), so "[SEP]" is `▁[ SEP ]`, as in
         SentencePiece itself (transformers' `split_special_tokens=True` gives `[SEP]`)."""
-        data = json.loads(self.tokenizer.to_str())
-        model = data.get("model") or {}
-        if model.get("type") == "Unigram":
-            for i in sorted(self.special_token_ids):
-                if i < len(model["vocab"]):
-                    model["vocab"][i][0] = f"\u0000special-{i}"
-        tokenizer = Tokenizer.from_str(json.dumps(data))
+        serialised = self.tokenizer.to_str()
+        if isinstance(self.tokenizer.model, Unigram):
+            serialised = _control_symbols_renamed(serialised, tuple(sorted(self.special_token_ids)))
+        tokenizer = Tokenizer.from_str(serialised)
         tokenizer.encode_special_tokens = True
         return tokenizer
 
@@ -127,6 +117,27 @@ class ReleasedTokenizer(LoadedTokenizer):
         for name, data in contents.items():
             write_bytes_atomic(directory / name, data)
         return sorted(contents)
+
+
+# The pipelines of one process's few tokenizers (a build, its reloads and its copies ask
+# again and again): parsing and re-dumping a 128,000-piece vocabulary takes a third of a
+# second, a lookup by the serialised text a few milliseconds.
+@functools.lru_cache(maxsize=4)
+def _pipeline_fingerprint(kind: str, serialised: str) -> str:
+    text = json.dumps([FINGERPRINT_VERSION_ANY, kind, json.loads(serialised)], ensure_ascii=False,
+                      separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _control_symbols_renamed(serialised: str, special_ids: tuple[int, ...]) -> str:
+    """A Unigram pipeline whose special tokens' pieces are renamed (text_tokenizer)."""
+    data = json.loads(serialised)
+    vocab = data["model"]["vocab"]
+    for i in special_ids:
+        if i < len(vocab):
+            vocab[i][0] = f"\u0000special-{i}"
+    return json.dumps(data)
 
 
 def is_released_tokenizer(path: pathlib.Path) -> bool:
@@ -174,14 +185,13 @@ def load_released(path) -> ReleasedTokenizer:
         raise BertprepError(f"{where}: no [CLS]/<s> or [SEP]/</s> token: an encoder's sequences need both")
     template = template_of(tokenizer, where)
     added_special = {i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special}
-    pipeline = json.loads(tokenizer.to_str())  # parsed once: a large vocabulary takes a while
-    kind = pipeline["model"].get("type") or _model_type_by_fields(pipeline)
     config = _saved_config(config, names, special, vocab, directory)
-    lowercase, strip_accents = _casing(pipeline.get("normalizer"))
+    lowercase, strip_accents = _casing(_step_json(tokenizer.normalizer))
     return ReleasedTokenizer(
         tokenizer=tokenizer, vocab=vocab, lowercase=lowercase, max_chars_per_word=0,
         source=path, special=SpecialIds(**special), strip_accents=strip_accents,
-        template=template, kind=kind.lower(), byte_level=_is_byte_level(pipeline),
+        template=template, kind=type(tokenizer.model).__name__.lower(),
+        byte_level=_is_byte_level(_step_json(tokenizer.pre_tokenizer)),
         special_token_ids=frozenset(added_special | {i for i in special.values() if i is not None}),
         config=config, source_files=files)
 
@@ -221,9 +231,10 @@ def _json_model_type(path: pathlib.Path) -> str | None:
                                  "BPE" if "merges" in model else None)
 
 
-def _model_type_by_fields(pipeline: dict) -> str:
-    model = pipeline["model"]
-    return "BPE" if "merges" in model else "Unigram" if isinstance(model.get("vocab"), list) else "WordLevel"
+def _step_json(step) -> dict | None:
+    """A normalizer or pre-tokenizer as tokenizer.json writes it (its pickled state is
+    that JSON), read without serialising the whole vocabulary."""
+    return None if step is None else json.loads(step.__getstate__())
 
 
 def _read_json(path) -> dict:
@@ -278,8 +289,8 @@ def _id_to_token(tokenizer: Tokenizer, where: str) -> list:
     return vocab
 
 
-def _is_byte_level(pipeline: dict) -> bool:
-    pre = pipeline.get("pre_tokenizer") or {}
+def _is_byte_level(pre_tokenizer: dict | None) -> bool:
+    pre = pre_tokenizer or {}
     steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
     return any(step and step.get("type") == "ByteLevel" for step in steps)
 
