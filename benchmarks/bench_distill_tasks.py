@@ -19,8 +19,9 @@ with the command's start-up taken out (the same command on one example, subtract
 Task-agnostic (--part agnostic):
 - corpus: the shared Wikipedia articles and WikiText head, built once into FULL-SENTENCES
   shards of --row-length tokens with MiniLM's tokenizer (`build-shards --pairs none`);
-- distilled: `pretrain --objective minilm --teacher MINILM --preset mini` for
-  --agnostic-steps steps (MiniLMv2: Q-Q, K-K, V-V relations of MiniLM's last layer);
+- distilled: `pretrain --objective minilm --teacher MINILM --preset mini --relation-heads 8`
+  for --agnostic-steps steps (MiniLMv2: Q-Q, K-K, V-V relations of MiniLM's last layer,
+  in 8 relation heads: 12, MiniLM's heads, do not divide mini's width 256);
 - mlm: the same `mini` student from scratch with MLM (dynamic masking 0.15) for as many
   steps as fit the distilled run's CPU time (its seconds per step measured by a 10-step
   calibration run first);
@@ -196,9 +197,10 @@ def run_agnostic(args, work: Path, stages: Stages) -> None:
          "--workers", "1", "--quiet"], check=True))
     common = ["--data", shards, "--preset", "mini", "--batch-size", 32, "--lr", args.agnostic_lr, "--warmup-ratio",
               0.05, "--log-every", 10, "--seed", 1, "--device", "cpu", "--no-progress", "--keep-last", 1]
-    distilled = work / f"mini-minilm-{args.agnostic_steps}"
+    distilled = work / f"mini-minilm-{args.agnostic_steps}-r{args.relation_heads}"
     cost = stages.run(distilled.name, distilled / "checkpoints" / f"step-{args.agnostic_steps}", lambda: cli(
-        "pretrain", *common, "--objective", "minilm", "--teacher", minilm, "--max-steps", args.agnostic_steps,
+        "pretrain", *common, "--objective", "minilm", "--teacher", minilm, "--relation-heads", args.relation_heads,
+        "--max-steps", args.agnostic_steps,
         "--save-every", args.agnostic_steps, "--out", distilled, log=work / f"{distilled.name}.log"))
     mlm_common = [*common, "--objective", "mlm", "--masking", "dynamic", "--mask-rate", 0.15]
     calibration = work / "mini-mlm-calibration"
@@ -264,6 +266,8 @@ def main() -> None:
     ap.add_argument("--row-length", type=int, default=128, help="agnostic: tokens per pre-training row")
     ap.add_argument("--agnostic-steps", type=int, default=300, help="agnostic: the distilled run's steps (batch 32)")
     ap.add_argument("--agnostic-lr", type=float, default=5e-4)
+    ap.add_argument("--relation-heads", type=int, default=8, help="agnostic: MiniLMv2's relation heads (they must "
+                    "divide MiniLM's 384 and mini's 256)")
     ap.add_argument("--finetune-lr", type=float, default=1e-4, help="agnostic: the topic task's learning rate")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
