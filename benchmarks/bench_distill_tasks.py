@@ -197,18 +197,18 @@ def run_agnostic(args, work: Path, stages: Stages) -> None:
          "--workers", "1", "--quiet"], check=True))
     common = ["--data", shards, "--preset", "mini", "--batch-size", 32, "--lr", args.agnostic_lr, "--warmup-ratio",
               0.05, "--log-every", 10, "--seed", 1, "--device", "cpu", "--no-progress", "--keep-last", 1]
-    distilled = work / f"mini-minilm-{args.agnostic_steps}-r{args.relation_heads}"
+    distilled = work / f"mini-minilm-{args.agnostic_steps}-r{args.relation_heads}-len{args.row_length}"
     cost = stages.run(distilled.name, distilled / "checkpoints" / f"step-{args.agnostic_steps}", lambda: cli(
         "pretrain", *common, "--objective", "minilm", "--teacher", minilm, "--relation-heads", args.relation_heads,
         "--max-steps", args.agnostic_steps,
         "--save-every", args.agnostic_steps, "--out", distilled, log=work / f"{distilled.name}.log"))
     mlm_common = [*common, "--objective", "mlm", "--masking", "dynamic", "--mask-rate", 0.15]
-    calibration = work / "mini-mlm-calibration"
+    calibration = work / f"mini-mlm-calibration-len{args.row_length}"
     calibrated = stages.run(calibration.name, calibration / "checkpoints" / "step-10", lambda: cli(
         "pretrain", *mlm_common, "--max-steps", 10, "--save-every", 10, "--out", calibration,
         log=work / f"{calibration.name}.log"))
     mlm_steps = max(10, round(args.agnostic_steps * cost["cpu_min"] / calibrated["cpu_min"] / 10) * 10)
-    mlm = work / f"mini-mlm-{mlm_steps}"
+    mlm = work / f"mini-mlm-{mlm_steps}-len{args.row_length}"
     mlm_cost = stages.run(mlm.name, mlm / "checkpoints" / f"step-{mlm_steps}", lambda: cli(
         "pretrain", *mlm_common, "--max-steps", mlm_steps, "--save-every", mlm_steps, "--out", mlm,
         log=work / f"{mlm.name}.log"))
@@ -263,8 +263,8 @@ def main() -> None:
     ap.add_argument("--mrpc-train-examples", type=int, default=None, help="[default: all 3,668]")
     ap.add_argument("--conll-train-examples", type=int, default=3000)
     ap.add_argument("--conll-eval-examples", type=int, default=1000)
-    ap.add_argument("--row-length", type=int, default=128, help="agnostic: tokens per pre-training row")
-    ap.add_argument("--agnostic-steps", type=int, default=300, help="agnostic: the distilled run's steps (batch 32)")
+    ap.add_argument("--row-length", type=int, default=64, help="agnostic: tokens per pre-training row")
+    ap.add_argument("--agnostic-steps", type=int, default=200, help="agnostic: the distilled run's steps (batch 32)")
     ap.add_argument("--agnostic-lr", type=float, default=5e-4)
     ap.add_argument("--relation-heads", type=int, default=8, help="agnostic: MiniLMv2's relation heads (they must "
                     "divide MiniLM's 384 and mini's 256)")
