@@ -42,7 +42,7 @@ from bertprep.corpus import CorpusSpec
 from bertprep.instances import MaskingConfig, apply_masking, build_full_rows, document_starts, pack_full_sentences
 from bertprep.builder import vocabulary_for_masking
 from bertprep.tokenizer import SentenceEncoder, load_tokenizer
-from shared_data import SHARED_DATA
+from shared_data import SHARED_DATA, released_reference
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece", reason="deberta-v3-base's spm.model needs the sentencepiece extra")
@@ -61,12 +61,18 @@ BUILDS = {"nsp": dict(pairs="nsp"), "sop": dict(pairs="sop"), "none": dict(pairs
 if not TOKENIZERS.is_dir() or not SAMPLE.is_file():
     pytest.skip(f"shared tokenizer files or corpus not found under {SHARED_DATA}", allow_module_level=True)
 
+# One worker runs the module: its fixtures (deberta-v3-base converted and saved, the
+# tokenizers loaded, a dozen builds, six transformers tokenizers) are made once, not on
+# both workers as tests of one module handed to each would make them.
+pytestmark = pytest.mark.xdist_group("shards_any_tokenizer")
+
 
 @functools.lru_cache(maxsize=None)
 def reference(family: str, split_special_tokens: bool = False):
-    directory = TOKENIZERS / family
+    if not split_special_tokens:
+        return released_reference(family)
     cls = transformers.DebertaV2Tokenizer if family == "deberta-v3-base" else transformers.AutoTokenizer
-    return cls.from_pretrained(directory, split_special_tokens=split_special_tokens)
+    return cls.from_pretrained(TOKENIZERS / family, split_special_tokens=True)
 
 
 def read_documents(path) -> list[list[str]]:
@@ -171,6 +177,12 @@ def tokenizer_dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def loaded(tokenizer_dirs):
+    """Each family's tokenizer, loaded once for the tests that only read it."""
+    return {family: load_tokenizer(directory) for family, directory in tokenizer_dirs.items()}
+
+
+@pytest.fixture(scope="module")
 def builds(corpus, tokenizer_dirs, tmp_path_factory):
     """OUT of every (family, build) of the small corpus, built on first use."""
     root = tmp_path_factory.mktemp("builds")
@@ -248,13 +260,13 @@ def test_full_sentences_rows_are_the_single_template_around_whole_documents(buil
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_documents_encode_as_the_tokenizer_encodes_their_joined_sentences(tokenizer_dirs, corpus, family):
+def test_documents_encode_as_the_tokenizer_encodes_their_joined_sentences(loaded, family):
     """Tokens and word starts of the tokenized partition against transformers on each
     whole document: ids equal, and a token starts a word exactly where word_ids() moves to
     a new word. Encoding each sentence alone would differ for the byte-level BPEs (its
     first word lacks the Ġ it has inside the text): checked too, so this test can fail."""
     documents = read_documents(SAMPLE) + wikitext_documents(400)
-    tok = load_tokenizer(tokenizer_dirs[family])
+    tok = loaded[family]
     part, _ = tokenize_documents(documents, SentenceEncoder(tok))
     ref = reference(family, split_special_tokens=True)
     token_of = part.sentence_offsets[part.document_offsets]
@@ -273,10 +285,10 @@ def test_documents_encode_as_the_tokenizer_encodes_their_joined_sentences(tokeni
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_literal_special_tokens_in_text_stay_text(tokenizer_dirs, family):
+def test_literal_special_tokens_in_text_stay_text(loaded, family):
     """"<mask>", "[SEP]", "</s>" in a document are text: no special id comes of them
     (a row would take it for its own separator, or an unlabelled mask)."""
-    tok = load_tokenizer(tokenizer_dirs[family])
+    tok = loaded[family]
     documents = [LITERALS.split("\n")]
     part, _ = tokenize_documents(documents, SentenceEncoder(tok))
     assert not set(part.ids.tolist()) & set(tok.special_token_ids)
@@ -285,12 +297,12 @@ def test_literal_special_tokens_in_text_stay_text(tokenizer_dirs, family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_whole_word_masking_takes_the_tokenizer_words_whole(tokenizer_dirs, corpus, family):
+def test_whole_word_masking_takes_the_tokenizer_words_whole(loaded, family):
     """Masked positions of FULL-SENTENCES rows, mapped back to their documents, are unions
     of whole words as transformers' word_ids() groups each document, never part of one;
     and words of several tokens do get masked (the rule is exercised)."""
     documents = read_documents(SAMPLE) + wikitext_documents(150)
-    tok = load_tokenizer(tokenizer_dirs[family])
+    tok = loaded[family]
     part, _ = tokenize_documents(documents, SentenceEncoder(tok))
     ref = reference(family, split_special_tokens=True)
     word_of = np.concatenate([
@@ -317,7 +329,7 @@ def test_whole_word_masking_takes_the_tokenizer_words_whole(tokenizer_dirs, corp
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_masking_statistics_of_real_shard_sets(tokenizer_dirs, family, tmp_path):
+def test_masking_statistics_of_real_shard_sets(tokenizer_dirs, loaded, family, tmp_path):
     """80/10/10 read from the rows (|z| < 6 over ~13,000 positions: a bias of 2 points in
     the [MASK] share is 6 standard errors, 2.5 points fails), every row's count the
     formula with its template's specials, labels the originals, random ids from the
@@ -327,7 +339,7 @@ def test_masking_statistics_of_real_shard_sets(tokenizer_dirs, family, tmp_path)
     config = BuildConfig(pairs="none", dupe_factor=1, workers=1, cache_dir=str(tmp_path / "cache"))
     out = build_shards(CorpusSpec(paths=(str(corpus),)), tokenizer_dirs[family], tmp_path / "out", config,
                        progress=False).out
-    tok = load_tokenizer(tokenizer_dirs[family])
+    tok = loaded[family]
     pool, mask = set(tok.ordinary_ids().tolist()), tok.special.mask
     specials = {*tok.template.prefix, *tok.template.single_suffix, tok.special.sep}
     n = as_mask = kept = randoms = 0
