@@ -29,8 +29,11 @@ transformers = pytest.importorskip("transformers")
 
 SAMPLE, UNCASED = SHARED_DATA / "google_sample_text.txt", SHARED_DATA / "bert-base-uncased-vocab.txt"
 RTE = SHARED_DATA / "glue" / "RTE"
-pytestmark = pytest.mark.skipif(not SAMPLE.is_file() or not UNCASED.is_file(),
-                                reason="needs ../shared/data (google_sample_text.txt, bert-base-uncased-vocab.txt)")
+# One xdist worker runs the module: the shards and the two logged runs (module fixtures)
+# that most tests read are made once.
+pytestmark = [pytest.mark.skipif(not SAMPLE.is_file() or not UNCASED.is_file(),
+                                 reason="needs ../shared/data (google_sample_text.txt, bert-base-uncased-vocab.txt)"),
+              pytest.mark.xdist_group("rtd")]
 
 
 def invoke(cli, *args, code: int = 0):
@@ -51,6 +54,25 @@ def pretrain(shards, out, *args, code: int = 0):
     return invoke(main, "pretrain", "--data", shards, "--out", out, "--preset", "tiny", "--objective", "rtd",
                   "--batch-size", 8, "--max-steps", 12, "--lr", "5e-4", "--warmup-steps", 2, "--log-every", 3,
                   "--save-every", 6, "--no-progress", *args, code=code)
+
+
+@pytest.fixture(scope="module")
+def logged_run(shards, tmp_path_factory):
+    """(RUN, its output) of a 12-step run of an architecture that evaluates and saves
+    every 3 steps, made on first use: the figures test checks it, and the tests that
+    fine-tune, score, plot or refuse a finished ELECTRA run read it (none writes into it
+    but plot, whose curves.png no other test looks at)."""
+    made = {}
+
+    def get(architecture: str):
+        if architecture not in made:
+            run = tmp_path_factory.mktemp(f"rtd-{architecture}") / "run"
+            result = pretrain(shards, run, "--architecture", architecture, "--eval-data", shards, "--eval-batches", 2,
+                              "--eval-every", 3, "--save-every", 3, "--keep-last", 4)
+            made[architecture] = run, result.output
+        return made[architecture]
+
+    return get
 
 
 def batch_of(shards, rows: int = 6) -> dict:
@@ -89,12 +111,10 @@ def our_model(run) -> ReplacedTokenDetection:
 
 
 @pytest.mark.parametrize("architecture", ["bert", "modernbert"])
-def test_a_run_logs_electra_figures_and_exports_both_models(shards, tmp_path, architecture):
-    run = tmp_path / "run"
-    result = pretrain(shards, run, "--architecture", architecture, "--eval-data", shards, "--eval-batches", 2,
-                      "--eval-every", 3, "--save-every", 3, "--keep-last", 4)
-    assert "RUN/generator" in result.output and "replaced-token detection" in result.output
-    assert "unpadded" not in result.output  # --unpad auto: pre-training stays padded on the CPU, whatever the heads
+def test_a_run_logs_electra_figures_and_exports_both_models(shards, logged_run, architecture):
+    run, output = logged_run(architecture)
+    assert "RUN/generator" in output and "replaced-token detection" in output
+    assert "unpadded" not in output  # --unpad auto: pre-training stays padded on the CPU, whatever the heads
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train, evals = [r for r in records if "loss" in r], [r for r in records if "eval_loss" in r]
     for key in ("mlm_loss", "disc_loss", "mlm_acc", "disc_acc", "disc_precision", "disc_recall", "replaced_share"):
@@ -215,9 +235,8 @@ def test_the_discriminator_loss_reads_real_tokens_only(shards):
 @pytest.mark.skipif(not RTE.is_dir(), reason="needs ../shared/data/glue/RTE")
 @pytest.mark.parametrize("architecture,hf_class", [("bert", "ElectraForSequenceClassification"),
                                                    ("modernbert", "ModernBertForSequenceClassification")])
-def test_finetune_classify_takes_an_rtd_run(shards, tmp_path, architecture, hf_class):
-    run = tmp_path / "run"
-    pretrain(shards, run, "--architecture", architecture, "--max-steps", 6)
+def test_finetune_classify_takes_an_rtd_run(logged_run, tmp_path, architecture, hf_class):
+    run, _ = logged_run(architecture)
     pre = load_pretrained(run)
     assert pre.architecture in ("ElectraForPreTraining", "ModernBertForTokenClassification")
     assert not any(k.startswith(("generator.", "discriminator.")) for k in pre.state_dict)
@@ -233,11 +252,12 @@ def test_finetune_classify_takes_an_rtd_run(shards, tmp_path, architecture, hf_c
     assert key in tuned and not torch.equal(tuned[key], disc[key])  # trained on, from the discriminator's weights
 
 
-def test_fill_mask_refuses_a_discriminator_without_its_generator(shards, tmp_path):
-    run = tmp_path / "run"
-    pretrain(shards, run, "--max-steps", 2)
+def test_fill_mask_refuses_a_discriminator_without_its_generator(logged_run, tmp_path):
+    import shutil
+
+    run, _ = logged_run("bert")
     alone = tmp_path / "discriminator"
-    run.joinpath("hf").rename(alone)
+    shutil.copytree(run / "hf", alone)  # RUN/hf alone, without RUN/generator beside it
     result = invoke(main, "fill-mask", alone, "the [MASK] .", code=1)
     assert result.output.startswith(f"Error: {alone}: the discriminator of an ELECTRA run, which has no MLM head")
 
@@ -264,11 +284,10 @@ def test_a_resume_with_other_model_options_is_a_one_line_error(shards, tmp_path)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "ner" / "conll2003").is_dir(), reason="needs ../shared/data/ner/conll2003")
-def test_evaluate_and_predict_refuse_a_modernbert_discriminator(shards, tmp_path):
+def test_evaluate_and_predict_refuse_a_modernbert_discriminator(logged_run, tmp_path):
     """Its export has ModernBertForTokenClassification's shape (one label, replaced), but it
     is a pre-training run: one line says to fine-tune it, instead of tagging words."""
-    run = tmp_path / "run"
-    pretrain(shards, run, "--architecture", "modernbert", "--max-steps", 2)
+    run, _ = logged_run("modernbert")
     conll = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
     exported = tmp_path / "exported"  # export-hf keeps what the model is
     invoke(main, "export-hf", run, exported)
@@ -313,10 +332,9 @@ def test_bad_option_combinations_are_one_line_errors(shards, tmp_path, args, mes
 
 @pytest.mark.skipif(not RTE.is_dir() or not (SHARED_DATA / "ner" / "conll2003").is_dir(),
                     reason="needs ../shared/data (glue/RTE, ner/conll2003)")
-def test_eval_suite_scores_an_rtd_run(shards, tmp_path):
+def test_eval_suite_scores_an_rtd_run(logged_run, tmp_path):
     """eval-suite fine-tunes the discriminator on a classification and a token task."""
-    run = tmp_path / "run"
-    pretrain(shards, run, "--max-steps", 6)
+    run, _ = logged_run("bert")
     suite = tmp_path / "suite.toml"
     suite.write_text(f"""
 name = "rtd"
@@ -350,12 +368,11 @@ validation = "ner/conll2003/valid.txt"
         assert json.loads((hf_dirs[0] / "config.json").read_text())["architectures"] == [hf_class]
 
 
-def test_plot_draws_the_electra_figures(shards, tmp_path):
+def test_plot_draws_the_electra_figures(logged_run):
     pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
     from bertmodel.training.plot import eval_keys, read_metrics
 
-    run = tmp_path / "run"
-    pretrain(shards, run, "--max-steps", 6, "--eval-data", shards, "--eval-batches", 1, "--eval-every", 3)
+    run, _ = logged_run("bert")
     keys = eval_keys(read_metrics(run))
     assert {"eval_disc_acc", "eval_disc_recall", "eval_mlm_acc", "eval_replaced_share", "eval_disc_loss"} <= set(keys)
     assert invoke(main, "plot", run).output == f"wrote {run / 'curves.png'} (1 run)\n"
