@@ -20,7 +20,7 @@ import functools
 import json
 import shutil
 import subprocess
-import sys
+import traceback
 
 import numpy as np
 import pytest
@@ -221,8 +221,16 @@ def test_qa_windows_in_robertas_template():
 # -- a tiny ModernBERT, fine-tuned and read by transformers ------------------------------------------
 
 def bertmodel(*args):
-    return subprocess.run([sys.executable, "-m", "bertmodel.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
+    """`bertmodel ARGS` in this process (CliRunner): (returncode, stdout, stderr) as a
+    subprocess's, without the start-up and imports of four more interpreters."""
+    from click.testing import CliRunner
+
+    from bertmodel.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    crash = "" if result.exit_code == 0 or result.exc_info is None else "".join(
+        traceback.format_exception(*result.exc_info))
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr + crash)
 
 
 def tiny_modernbert(directory):
