@@ -52,9 +52,11 @@ def released(name: str):
     return load_tokenizer(TOKENIZERS / name)
 
 
+@functools.cache
 def reference(name: str, **options):
     """transformers' fast tokenizer on the shared files (DeBERTa-v3's directory has no
-    config.json for AutoTokenizer to find its class by)."""
+    config.json for AutoTokenizer to find its class by), loaded once per options: a
+    call sets its own truncation and padding, so the tests share it unchanged."""
     if name == "deberta-v3-base":
         return transformers.DebertaV2Tokenizer.from_pretrained(TOKENIZERS / name, **options)
     return transformers.AutoTokenizer.from_pretrained(TOKENIZERS / name, **options)
