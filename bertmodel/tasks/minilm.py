@@ -196,10 +196,7 @@ class MiniLMTask(PretrainingTask):
         return model
 
     def model_for_checkpoint(self, resume: dict):
-        task = resume.get("task") or {}
-        if task.get("objective") != "minilm":
-            raise BertmodelError(f"{self.cfg.out}: a {task.get('objective', 'mlm+nsp')} run; a minilm distillation "
-                                 "starts a run of its own: use another --out")
+        self.own_checkpoint_task(resume, "minilm", "a minilm distillation")
         config = config_from_dict(resume["config"])
         if not self.cfg.init_from:
             self._check_same_model(config, (resume.get("train") or {}).get("init_from"))

@@ -191,6 +191,15 @@ class PretrainingTask:
     def _wanted_config(self) -> BertConfig | ModernBertConfig:
         return self.cfg.model_config(self.tokenizer)
 
+    def own_checkpoint_task(self, resume: dict, objective: str, what: str) -> dict:
+        """The checkpoint's task entry, once it is a run of `objective` (a subclass's: rtd,
+        minilm); a run of another objective is refused in one line naming `what` it is."""
+        task = resume.get("task") or {}
+        if task.get("objective") != objective:
+            raise BertmodelError(f"{self.cfg.out}: a {task.get('objective', 'mlm+nsp')} run; {what} starts a run of "
+                                 "its own: use another --out")
+        return task
+
     def model_for_checkpoint(self, resume: dict):
         if (resume.get("task") or {}).get("objective") == "rtd":
             raise BertmodelError(f"{self.cfg.out}: an ELECTRA run (generator and discriminator); resume it with "

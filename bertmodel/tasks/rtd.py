@@ -155,10 +155,7 @@ class RTDTask(PretrainingTask):
         return model
 
     def model_for_checkpoint(self, resume: dict):
-        task = resume.get("task") or {}
-        if task.get("objective") != "rtd":
-            raise BertmodelError(f"{self.cfg.out}: a {task.get('objective', 'mlm+nsp')} run; replaced-token detection "
-                                 "starts a run of its own: use another --out")
+        task = self.own_checkpoint_task(resume, "rtd", "replaced-token detection")
         config = config_from_dict(resume["config"])
         generator = config_from_dict(task["generator_config"])
         if self.start is not None:  # a run started from a pair: its models are the pair's
