@@ -56,7 +56,7 @@ def test_export_keeps_a_users_files_with_or_without_overwrite(run, tmp_path):
         result = CliRunner().invoke(main, ["export-hf", str(run), str(victim), *extra])
         assert result.exit_code == 1
         assert result.output == (f"Error: {victim}: holds files an export never writes (notes.txt); an export "
-                                 "replaces only its own files (1_Pooling, 2_Normalize, added_tokens.json, "
+                                 "replaces only its own files (1_Pooling, 2_Dense, 2_Normalize, 3_Normalize, added_tokens.json, "
                                  "bertmodel_task.json, config.json, config_sentence_transformers.json, merges.txt, "
                                  "model.safetensors, modules.json, sentence_bert_config.json, "
                                  "sentencepiece.bpe.model, special_tokens_map.json, spm.model, tokenizer.json, "
