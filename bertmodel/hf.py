@@ -189,6 +189,10 @@ def export_hf(source, out_dir, tokenizer: TokenizerInfo | None = None,
     try:
         tmp.mkdir()
         tensors = hf_tensors(state_dict)
+        # Tensors that train beside the model and are no part of it (MiniLM's hidden-state
+        # projection onto the teacher's width): the task names their prefixes.
+        train_only = tuple((task or {}).get("train_only", ()))
+        tensors = {k: v for k, v in tensors.items() if not (train_only and k.startswith(train_only))}
         # A bi-encoder's projection is sentence-transformers' Dense module, not the encoder's
         projection = {k.removeprefix("projection."): tensors.pop(k) for k in list(tensors) if k.startswith("projection.")}
         if projection and not (task or {}).get("sentence_transformers"):
@@ -470,6 +474,8 @@ def export_to_dir(source, out_dir, tokenizer=None, overwrite: bool = False, whic
     length = reading_length(pre.head)
     if length is not None:  # a fine-tuned model's export reads what its run read (write_tokenizer)
         task["options"] = {"max_seq_length": length}
+    if pre.head.get("train_only"):  # a distilled encoder's checkpoint: its projection stays out of the export
+        task["train_only"] = pre.head["train_only"]
     if pre.head.get("objective") == "rtd":  # an ELECTRA model says so: evaluate/predict refuse it, fill-mask finds its part
         task.update({k: pre.head[k] for k in ("name", "objective", "part") if k in pre.head})
     if pre.head.get("sentence_transformers"):  # an embedder keeps its sentence-transformers files (and projection)

@@ -25,6 +25,7 @@ import shutil
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 from click.testing import CliRunner
 
@@ -393,9 +394,17 @@ def test_the_hidden_mse_trains_a_projection_that_stays_out_of_the_export(sample,
     assert tuple(state["model"]["hidden_projection.weight"].shape) == (64, 32)
     assert state["task"] | {"teacher": None} == {"name": "pretraining", "architecture": "BertModel",
                                                   "objective": "minilm", "teacher": None, "teacher_layer": 2,
-                                                  "relation_heads": 8, "hidden_distill_weight": 0.5}
+                                                  "relation_heads": 8, "hidden_distill_weight": 0.5,
+                                                  "train_only": ["hidden_projection."]}
     their, info = transformers.BertModel.from_pretrained(run / "hf", output_loading_info=True)
     assert not any(info.values()), info
+    # export-hf of the checkpoint leaves the projection out as RUN/hf does: the same tensors
+    invoke(main, "export-hf", run, tmp_path / "exported", "--latest")
+    exported, info = transformers.BertModel.from_pretrained(tmp_path / "exported", output_loading_info=True)
+    assert not any(info.values()), info
+    assert safetensors.torch.load_file(tmp_path / "exported" / "model.safetensors").keys() == \
+        safetensors.torch.load_file(run / "hf" / "model.safetensors").keys()
+    assert all(torch.equal(a, b) for a, b in zip(their.state_dict().values(), exported.state_dict().values()))
     # resuming with other model options is one line, before any weight is loaded
     result = distil(shards, teacher, run, "--max-steps", 4, code=1)
     assert result.output == (f"Error: {run}: its student has a hidden-state projection and these options give no; "

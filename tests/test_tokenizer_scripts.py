@@ -249,7 +249,7 @@ def test_tokenizer_info_export_and_fill_mask_carry_strip_accents(tmp_path):
 
 
 def test_entities_and_answers_are_cut_from_the_users_text_under_any_normalisation():
-    from bertmodel.tasks.tokens import text_words
+    from bertmodel.tasks.entity_text import text_words
 
     text = "서울시 마스크 착용 सभी मनुष्यों Café أحراراً"
     for strip in (False, True):

@@ -19,7 +19,8 @@ from bertmodel.data.word_windows import IGNORE_INDEX, encode_words
 from bertmodel.errors import BertmodelError
 from bertmodel.model import BertForTokenClassification
 from bertmodel.model.unpad import set_unpad
-from bertmodel.tasks.tokens import TagSet, group_entities
+from bertmodel.tasks.entity_text import group_entities
+from bertmodel.tasks.tokens import TagSet
 from shared_data import SHARED_DATA
 from test_heads_match_transformers import tiny, train_both, twin
 

@@ -30,7 +30,8 @@ from bertmodel.data.qa_features import prepare_qa_features
 from bertmodel.data.squad import read_squad
 from bertmodel.data.tagged import read_tagged
 from bertmodel.data.word_windows import IGNORE_INDEX, encode_words
-from bertmodel.tasks.tokens import TagSet, text_words
+from bertmodel.tasks.entity_text import text_words
+from bertmodel.tasks.tokens import TagSet
 from bertprep.tokenizer import load_tokenizer
 from shared_data import SHARED_DATA
 

@@ -241,6 +241,11 @@ def test_a_model_dir_with_only_tokenizer_json_is_a_tokenizer(shards, tmp_path):
     (hf / "vocab.txt").unlink()
     pre = load_pretrained(hf)
     assert pre.tokenizer is not None and pre.tokenizer.same_as(tok) is None
+    # its files are written once under the temporary folder, named by the tokenizer: a
+    # second load (each command loads its model) reuses them rather than leaving another
+    again = tokenizer_info(hf)
+    assert again.files == pre.tokenizer.files and again.files["vocab.txt"].parent != hf
+    assert again.files["vocab.txt"].read_text(encoding="utf-8") == tok.files["vocab.txt"].read_text(encoding="utf-8")
     result = CliRunner().invoke(main, ["fill-mask", str(hf), "w1 [MASK] w3", "--top-k", "2"])
     assert result.exit_code == 0, result.output
     result = pretrain(shards, tmp_path / "run", "--init-from", hf)

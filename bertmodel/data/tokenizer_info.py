@@ -136,10 +136,12 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         directory = directory / "tokenizer.json"
     if directory.is_file() and directory.suffix == ".json":
         # A tokenizer.json: bertprep reads it (and refuses one that isn't); its files,
-        # written to a scratch folder, are what RUN/hf gets.
+        # written to a folder under the temporary one, are what RUN/hf gets. The folder is
+        # named by the fingerprint (vocabulary and settings: all that `save` writes from),
+        # so loading the same tokenizer again reuses it rather than leaving one more behind.
         loaded = loaded_tokenizer(directory)
-        directory = Path(tempfile.mkdtemp(prefix="bertmodel-tokenizer-"))
-        loaded.save(directory)
+        directory = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-wordpiece-{loaded.fingerprint()[:32]}"
+        loaded.save(directory)  # each file written atomically: concurrent loads write the same bytes
     if directory.is_file():  # a bare vocabulary file, whatever its name: used as vocab.txt
         files = {"vocab.txt": directory}
     else:

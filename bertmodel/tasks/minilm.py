@@ -265,11 +265,12 @@ class MiniLMTask(PretrainingTask):
     def state(self) -> dict:
         return {"name": self.name, "architecture": self.architecture, "objective": "minilm",
                 "teacher": str(self.cfg.teacher), "teacher_layer": self.teacher_layer,
-                "relation_heads": self.relation_heads, "hidden_distill_weight": self.cfg.hidden_distill_weight}
+                "relation_heads": self.relation_heads, "hidden_distill_weight": self.cfg.hidden_distill_weight,
+                "train_only": [PROJECTION]}
 
     def export(self, source, run: Path, config) -> None:
-        """RUN/hf: the student's encoder alone (its hidden-state projection left out)."""
+        """RUN/hf: the student's encoder alone (export_hf leaves the state's `train_only`,
+        the hidden-state projection, out; so does `export-hf` of a checkpoint)."""
         state_dict = source.state_dict() if isinstance(source, torch.nn.Module) else source["model"]
-        encoder = {k: v for k, v in state_dict.items() if not k.startswith(PROJECTION)}
-        export_hf({"model": encoder, "config": config.to_dict(), "task": self.state()}, run / "hf",
+        export_hf({"model": state_dict, "config": config.to_dict(), "task": self.state()}, run / "hf",
                   tokenizer=self.tokenizer)
