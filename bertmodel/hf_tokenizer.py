@@ -11,10 +11,8 @@ from pathlib import Path
 
 from bertmodel.data.shards import TokenizerInfo
 from bertmodel.model.config import ModernBertConfig, RobertaConfig
+from bertprep.tokenizer import SPECIAL_TOKENS_MAP
 from bertprep.tokenizer import load_tokenizer as load_bert_tokenizer
-
-SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                      "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
 
 def reading_length(task: dict | None) -> int | None:

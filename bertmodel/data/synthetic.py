@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from bertprep.shards import schema
 from bertprep.storage import sha256_file
+from bertprep.tokenizer import SPECIAL_TOKENS, SPECIAL_TOKENS_BY_KEY, SPECIAL_TOKENS_MAP
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 
@@ -36,11 +37,9 @@ def write_tokenizer_files(out: Path, vocab: Path, lowercase: bool = True) -> dic
     shutil.copyfile(vocab, out / "vocab.txt")
     tokens = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
     index = {t: i for i, t in enumerate(tokens)}
-    special = {k: index[v] for k, v in
-               {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}.items()}
+    special = {k: index[v] for k, v in SPECIAL_TOKENS_BY_KEY.items()}
     BertWordPieceTokenizer(str(out / "vocab.txt"), lowercase=lowercase).save(str(out / "tokenizer.json"))
-    names = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-             "mask_token": "[MASK]"}
+    names = SPECIAL_TOKENS_MAP
     (out / "special_tokens_map.json").write_text(json.dumps(names, indent=2))
     (out / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "model_max_length": 512, **names},
@@ -145,7 +144,7 @@ def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12
     return out
 
 
-SMALL_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
+SMALL_SPECIALS = SPECIAL_TOKENS  # ids 0..4
 
 
 def write_small_vocab(path: Path, words: int = 250) -> Path:

@@ -27,13 +27,13 @@ from pathlib import Path
 from bertmodel.errors import BertmodelError
 from bertprep.errors import BertprepError
 from bertprep.storage import sha256_file
-from bertprep.tokenizer import (RELEASED_FILES, LoadedTokenizer, ReleasedTokenizer, infer_lowercase,
-                                is_released_tokenizer, load_tokenizer, resolve_strip_accents)
+from bertprep.tokenizer import (RELEASED_FILES, SPECIAL_TOKENS_BY_KEY, LoadedTokenizer, ReleasedTokenizer,
+                                infer_lowercase, is_released_tokenizer, load_tokenizer, resolve_strip_accents)
 from bertprep.tokenizer import TOKENIZER_FILES as WORDPIECE_FILES
 
 # Every file a tokenizer of any kind is made of: what checkpoints copy and exports may hold.
 TOKENIZER_FILES = tuple(dict.fromkeys((*WORDPIECE_FILES, "tokenizer.json", *RELEASED_FILES)))
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}  # WordPiece's
+SPECIAL_TOKENS = SPECIAL_TOKENS_BY_KEY  # WordPiece's
 
 
 @dataclass

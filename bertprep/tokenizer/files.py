@@ -58,6 +58,10 @@ from bertprep.errors import BertprepError, describe_path
 from bertprep.tokenizer.templates import Template, bert_template
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# The same five by SpecialIds' field names (pad, unk, ...), and by transformers' names in the
+# order its special_tokens_map.json lists them (what `save` and every export write).
+SPECIAL_TOKENS_BY_KEY = dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS))
+SPECIAL_TOKENS_MAP = {f"{key}_token": SPECIAL_TOKENS_BY_KEY[key] for key in ("unk", "sep", "pad", "cls", "mask")}
 DEFAULT_MAX_CHARS_PER_WORD = 200  # Google's tokenization.py; `tokenizers` defaults to 100
 FINGERPRINT_VERSION = "bertprep-tokenizer/1"
 FINGERPRINT_VERSION_STRIP = "bertprep-tokenizer/2"  # strip_accents differs from lowercase
@@ -157,8 +161,7 @@ class LoadedTokenizer:
         Returns the file names."""
         directory = storage.path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                    "cls_token": "[CLS]", "mask_token": "[MASK]"}
+        specials = SPECIAL_TOKENS_MAP
         # What transformers' BertTokenizer reads: it rebuilds its BertNormalizer from
         # do_lower_case and strip_accents (None would mean "follow do_lower_case").
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
