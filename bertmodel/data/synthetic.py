@@ -39,10 +39,9 @@ def write_tokenizer_files(out: Path, vocab: Path, lowercase: bool = True) -> dic
     index = {t: i for i, t in enumerate(tokens)}
     special = {k: index[v] for k, v in SPECIAL_TOKENS_BY_KEY.items()}
     BertWordPieceTokenizer(str(out / "vocab.txt"), lowercase=lowercase).save(str(out / "tokenizer.json"))
-    names = SPECIAL_TOKENS_MAP
-    (out / "special_tokens_map.json").write_text(json.dumps(names, indent=2))
+    (out / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2))
     (out / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "model_max_length": 512, **names},
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "model_max_length": 512, **SPECIAL_TOKENS_MAP},
         indent=2))
     files = ["vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
     return {"fingerprint": sha256_file(out / "vocab.txt"), "vocab_size": len(tokens), "lowercase": lowercase,
@@ -144,13 +143,10 @@ def build_corpus_shards(corpus, vocab, out, dupe_factor: int = 2, seed: int = 12
     return out
 
 
-SMALL_SPECIALS = SPECIAL_TOKENS  # ids 0..4
-
-
 def write_small_vocab(path: Path, words: int = 250) -> Path:
     """[PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4) then `words` lower-case words w0, w1, ..."""
     path = Path(path)
-    path.write_text("\n".join([*SMALL_SPECIALS, *(f"w{i}" for i in range(words))]) + "\n", encoding="utf-8")
+    path.write_text("\n".join([*SPECIAL_TOKENS, *(f"w{i}" for i in range(words))]) + "\n", encoding="utf-8")
     return path
 
 
@@ -160,7 +156,7 @@ def small_shard_dir(out, rows: int = 96, words: int = 250, seed: int = 0, num_sh
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     vocab = write_small_vocab(out.parent / f"{out.name}-vocab.txt", words)
-    data = synthetic_rows(rows, words + len(SMALL_SPECIALS), seed=seed, max_seq_length=max_seq_length,
+    data = synthetic_rows(rows, words + len(SPECIAL_TOKENS), seed=seed, max_seq_length=max_seq_length,
                           max_predictions=max_predictions, special=(0, 1, 2, 3, 4))
     return write_shard_dir(out, data, vocab, num_shards=num_shards, batch_rows=batch_rows,
                            max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions)

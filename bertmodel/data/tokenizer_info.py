@@ -33,7 +33,6 @@ from bertprep.tokenizer import TOKENIZER_FILES as WORDPIECE_FILES
 
 # Every file a tokenizer of any kind is made of: what checkpoints copy and exports may hold.
 TOKENIZER_FILES = tuple(dict.fromkeys((*WORDPIECE_FILES, "tokenizer.json", *RELEASED_FILES)))
-SPECIAL_TOKENS = SPECIAL_TOKENS_BY_KEY  # WordPiece's
 
 
 @dataclass
@@ -136,12 +135,10 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         directory = directory / "tokenizer.json"
     if directory.is_file() and directory.suffix == ".json":
         # A tokenizer.json: bertprep reads it (and refuses one that isn't); its files,
-        # written to a folder under the temporary one, are what RUN/hf gets. The folder is
-        # named by the fingerprint (vocabulary and settings: all that `save` writes from),
-        # so loading the same tokenizer again reuses it rather than leaving one more behind.
+        # saved by bertprep, are what RUN/hf gets. The fingerprint covers the vocabulary
+        # and settings, all that `save` writes from.
         loaded = loaded_tokenizer(directory)
-        directory = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-wordpiece-{loaded.fingerprint()[:32]}"
-        loaded.save(directory)  # each file written atomically: concurrent loads write the same bytes
+        directory, _ = _scratch_copy(loaded, f"wordpiece-{loaded.fingerprint()[:32]}")
     if directory.is_file():  # a bare vocabulary file, whatever its name: used as vocab.txt
         files = {"vocab.txt": directory}
     else:
@@ -155,13 +152,13 @@ def tokenizer_info(directory: Path, manifest: dict | None = None) -> TokenizerIn
         raise BertmodelError(f"{directory}: no tokenizer: the manifest names none and there is no "
                              "vocab.txt, tokenizer.json or SentencePiece model (pass --tokenizer)")
     special = {k: v for k, v in (tok.get("special_ids") or {}).items() if v is not None}
-    if tokens and len(special) < len(SPECIAL_TOKENS):
+    if tokens and len(special) < len(SPECIAL_TOKENS_BY_KEY):
         index = {t: i for i, t in enumerate(tokens)}
-        for key, token in SPECIAL_TOKENS.items():
+        for key, token in SPECIAL_TOKENS_BY_KEY.items():
             if key not in special and token in index:
                 special[key] = index[token]
     if tokens is not None:
-        missing = [token for key, token in SPECIAL_TOKENS.items() if key not in special and key != "pad"]
+        missing = [token for key, token in SPECIAL_TOKENS_BY_KEY.items() if key not in special and key != "pad"]
         if missing:
             raise BertmodelError(f"{vocab}: vocabulary lacks {', '.join(missing)}")
     special.setdefault("pad", 0)
@@ -199,9 +196,18 @@ def _saved_files(path: Path, loaded: ReleasedTokenizer, fingerprint: str) -> dic
     # Named by what it holds: the pipeline and the config (two sources may differ in
     # tokenizer_config.json alone, e.g. model_max_length, and must not share a copy).
     config_hash = hashlib.sha256(json.dumps(loaded.config, sort_keys=True).encode("utf-8")).hexdigest()
-    copy = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-{fingerprint[:20]}-{config_hash[:12]}"
-    names = loaded.save(copy)  # each file written atomically: concurrent ranks write the same bytes
+    copy, names = _scratch_copy(loaded, f"{fingerprint[:20]}-{config_hash[:12]}")
     return {n: copy / n for n in names}
+
+
+def _scratch_copy(loaded: LoadedTokenizer, name: str) -> tuple[Path, list[str]]:
+    """A tokenizer's files saved to a folder under the temporary one, named by `name`
+    (returned with the files' names),
+    which the caller derives from what the files hold: loading the same tokenizer again
+    rewrites the same folder rather than leaving one more behind. Each file is written
+    atomically, so concurrent loads (the ranks of one run) write the same bytes safely."""
+    copy = Path(tempfile.gettempdir()) / f"bertmodel-tokenizer-{name}"
+    return copy, loaded.save(copy)
 
 
 def tokenizer_path(tok: TokenizerInfo) -> Path:

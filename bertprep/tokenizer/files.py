@@ -161,17 +161,16 @@ class LoadedTokenizer:
         Returns the file names."""
         directory = storage.path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        specials = SPECIAL_TOKENS_MAP
         # What transformers' BertTokenizer reads: it rebuilds its BertNormalizer from
         # do_lower_case and strip_accents (None would mean "follow do_lower_case").
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
                   "tokenize_chinese_chars": True, "strip_accents": self.strip_accents,
-                  "model_max_length": 512, "clean_up_tokenization_spaces": False, **specials}
+                  "model_max_length": 512, "clean_up_tokenization_spaces": False, **SPECIAL_TOKENS_MAP}
         contents = {
             "vocab.txt": "".join(token + "\n" for token in self.vocab),
             "tokenizer.json": self.tokenizer.to_str(pretty=True) + "\n",
             "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
-            "special_tokens_map.json": json.dumps(specials, indent=2) + "\n",
+            "special_tokens_map.json": json.dumps(SPECIAL_TOKENS_MAP, indent=2) + "\n",
         }
         for name, text in contents.items():
             write_bytes_atomic(directory / name, text.encode("utf-8"))
